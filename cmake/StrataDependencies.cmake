@@ -1,0 +1,79 @@
+# Finds strata's dependencies. Everything comes from find_package/pkg-config: nothing is
+# downloaded at configure time. A missing required package stops configure and names the
+# Debian package that provides it.
+include_guard(GLOBAL)
+
+# strata_require(<package> <debian-package> [find_package args...])
+macro(strata_require package debian)
+  find_package(${package} ${ARGN} QUIET)
+  if(NOT ${package}_FOUND)
+    message(FATAL_ERROR
+      "strata needs ${package}, which CMake could not find.\n"
+      "On Debian/Ubuntu: apt-get install ${debian}\n"
+      "Elsewhere: install ${package} and point CMAKE_PREFIX_PATH at it.")
+  endif()
+endmacro()
+
+set(THREADS_PREFER_PTHREAD_FLAG ON)
+find_package(Threads REQUIRED)
+strata_require(fmt libfmt-dev CONFIG)
+
+# --- CUDA (optional) ----------------------------------------------------------------------------
+set(STRATA_HAS_CUDA OFF)
+set(STRATA_CUDA_LANGUAGE OFF)  # whether .cu sources of this project are compiled
+if(NOT STRATA_ENABLE_CUDA_MODE STREQUAL "OFF")
+  # nvcc is often installed outside PATH; look where the toolkit puts it before giving up.
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+    find_program(STRATA_NVCC nvcc
+      HINTS ENV CUDA_PATH ENV CUDA_HOME ENV CUDA_ROOT PATH_SUFFIXES bin
+      PATHS /usr/local/cuda/bin)
+    if(STRATA_NVCC)
+      set(CMAKE_CUDA_COMPILER "${STRATA_NVCC}" CACHE FILEPATH "CUDA compiler")
+    endif()
+  endif()
+  if(PROJECT_IS_TOP_LEVEL AND (STRATA_BUILD_TESTS OR STRATA_BUILD_EXAMPLES OR STRATA_BUILD_BENCH))
+    include(CheckLanguage)
+    check_language(CUDA)
+    if(CMAKE_CUDA_COMPILER)
+      if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+        set(CMAKE_CUDA_ARCHITECTURES 90)
+      endif()
+      enable_language(CUDA)
+      set(STRATA_CUDA_LANGUAGE ON)
+    endif()
+  endif()
+  # FindCUDAToolkit uses the CUDA compiler when the language is enabled; otherwise point it at
+  # the toolkit that holds the nvcc found above.
+  if(CMAKE_CUDA_COMPILER AND NOT DEFINED CUDAToolkit_ROOT AND NOT DEFINED ENV{CUDAToolkit_ROOT})
+    get_filename_component(_strata_cuda_bin "${CMAKE_CUDA_COMPILER}" DIRECTORY)
+    get_filename_component(CUDAToolkit_ROOT "${_strata_cuda_bin}" DIRECTORY)
+  endif()
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    set(STRATA_HAS_CUDA ON)
+  elseif(STRATA_ENABLE_CUDA_MODE STREQUAL "ON")
+    message(FATAL_ERROR
+      "STRATA_ENABLE_CUDA=ON but no CUDA toolkit was found. Install it (nvcc, cudart) and set "
+      "CMAKE_CUDA_COMPILER or CUDAToolkit_ROOT, or configure with -DSTRATA_ENABLE_CUDA=OFF.")
+  endif()
+endif()
+
+# --- liburing (optional; the POSIX thread-pool backend always exists) --------------------------
+set(STRATA_HAS_URING OFF)
+if(NOT STRATA_ENABLE_URING_MODE STREQUAL "OFF")
+  find_package(PkgConfig QUIET)
+  if(PKG_CONFIG_FOUND)
+    if(NOT TARGET PkgConfig::strata_liburing)
+      pkg_check_modules(strata_liburing QUIET IMPORTED_TARGET GLOBAL liburing)
+    endif()
+    if(TARGET PkgConfig::strata_liburing)
+      set(STRATA_HAS_URING ON)
+    endif()
+  endif()
+  if(NOT STRATA_HAS_URING AND STRATA_ENABLE_URING_MODE STREQUAL "ON")
+    message(FATAL_ERROR
+      "STRATA_ENABLE_URING=ON but liburing was not found through pkg-config.\n"
+      "On Debian/Ubuntu: apt-get install liburing-dev pkg-config\n"
+      "Or configure with -DSTRATA_ENABLE_URING=OFF to use the POSIX backend only.")
+  endif()
+endif()

@@ -1,0 +1,27 @@
+# Options of strata. Tests, examples and benchmarks default to ON only when strata is the
+# top-level project, so a consumer's add_subdirectory/FetchContent builds nothing but the target.
+include_guard(GLOBAL)
+
+option(STRATA_BUILD_TESTS "Build strata's tests" ${PROJECT_IS_TOP_LEVEL})
+option(STRATA_BUILD_EXAMPLES "Build strata's examples" ${PROJECT_IS_TOP_LEVEL})
+option(STRATA_BUILD_BENCH "Build strata's benchmarks" ${PROJECT_IS_TOP_LEVEL})
+option(STRATA_INSTALL "Generate strata's install rules" ON)
+
+# Tri-state switches: AUTO uses the feature when it is found, ON requires it, OFF ignores it.
+function(strata_tristate name doc)
+  set(${name} AUTO CACHE STRING "${doc} (AUTO, ON or OFF)")
+  set_property(CACHE ${name} PROPERTY STRINGS AUTO ON OFF)
+  string(TOUPPER "${${name}}" _value)
+  if(_value STREQUAL "TRUE" OR _value STREQUAL "YES" OR _value STREQUAL "1")
+    set(_value ON)
+  elseif(_value STREQUAL "FALSE" OR _value STREQUAL "NO" OR _value STREQUAL "0")
+    set(_value OFF)
+  endif()
+  if(NOT _value MATCHES "^(AUTO|ON|OFF)$")
+    message(FATAL_ERROR "${name} is '${${name}}'; expected AUTO, ON or OFF")
+  endif()
+  set(${name}_MODE ${_value} PARENT_SCOPE)
+endfunction()
+
+strata_tristate(STRATA_ENABLE_CUDA "Use the CUDA toolkit (pinned memory, CUDA kernels and tests)")
+strata_tristate(STRATA_ENABLE_URING "Use liburing for the io_uring file backend")

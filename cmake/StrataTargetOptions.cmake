@@ -1,0 +1,22 @@
+# Compile options for strata's own tests, examples and benchmarks (never imposed on consumers).
+include_guard(GLOBAL)
+
+option(STRATA_WERROR "Treat warnings as errors in strata's own tests, examples and benchmarks" ON)
+
+function(strata_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${STRATA_WERROR}>>:-Werror>
+    $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${STRATA_WERROR}>>:--Werror=all-warnings>)
+endfunction()
+
+# strata_cuda_target(<target>): compiles the target's .cu sources as C++20. CMake releases before
+# 3.26 know no C++20 flag for nvcc (CUDA_STANDARD 20 is an error there), so pass it directly.
+function(strata_cuda_target target)
+  if(DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION STREQUAL "")
+    set_target_properties(${target} PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
+  else()
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
+  endif()
+  strata_warnings(${target})
+endfunction()

@@ -1,0 +1,122 @@
+#pragma once
+/// Defaults from `STRATA_*` environment variables. Values are validated: a variable that is set
+/// but malformed or out of range is a config_error naming the variable and its value, never a
+/// silent fallback. An empty variable counts as unset. `env_variables` lists every variable
+/// strata reads, so a misspelt one can be reported by `unknown_env_variables()`.
+
+#include <array>
+#include <charconv>
+#include <concepts>
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "strata/core/error.hpp"
+#include "strata/core/units.hpp"
+
+extern char** environ;  // POSIX; declared here because <unistd.h> only does so with _GNU_SOURCE
+
+namespace strata {
+
+/// A variable strata reads, with what it does and its default.
+struct env_variable {
+  std::string_view name;
+  std::string_view meaning;
+  std::string_view default_value;
+};
+
+/// Every STRATA_* variable strata reads. Keep README's table in step with this list.
+inline constexpr std::array<env_variable, 1> env_variables{{
+    {"STRATA_NUM_THREADS", "threads of the pools strata creates when none is given (1..1024)",
+     "the number of online CPUs"},
+}};
+
+/// The raw value of a variable, or nullopt when unset or empty.
+[[nodiscard]] inline std::optional<std::string> env_raw(const char* name) {
+  const char* v = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read-only use
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+namespace detail {
+[[noreturn]] inline void bad_env(const char* name, std::string_view value, std::string_view why) {
+  throw config_error(fmt::format("environment variable {}=\"{}\": {}", name, value, why));
+}
+}  // namespace detail
+
+/// An integer in [min, max], or `fallback` when unset.
+template <std::integral T>
+[[nodiscard]] T env_integer(const char* name, T fallback, T min = std::numeric_limits<T>::min(),
+                            T max = std::numeric_limits<T>::max()) {
+  const auto raw = env_raw(name);
+  if (!raw) return fallback;
+  T value{};
+  const char* first = raw->data();
+  const char* last = raw->data() + raw->size();
+  const auto [ptr, ec] = std::from_chars(first, last, value);
+  if (ec == std::errc::result_out_of_range) detail::bad_env(name, *raw, "out of range");
+  if (ec != std::errc{} || ptr != last) detail::bad_env(name, *raw, "not an integer");
+  if (value < min || value > max) detail::bad_env(name, *raw, fmt::format("must be in [{}, {}]", min, max));
+  return value;
+}
+
+/// A byte size ("8MiB", "1.5GB", see parse_size) in [min, max], or `fallback` when unset.
+[[nodiscard]] inline std::uint64_t env_size(const char* name, std::uint64_t fallback, std::uint64_t min = 0,
+                                            std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
+  const auto raw = env_raw(name);
+  if (!raw) return fallback;
+  std::uint64_t value = 0;
+  try {
+    value = parse_size(*raw);
+  } catch (const config_error& e) {
+    detail::bad_env(name, *raw, e.what());
+  }
+  if (value < min || value > max)
+    detail::bad_env(name, *raw, fmt::format("must be between {} and {}", format_size(min), format_size(max)));
+  return value;
+}
+
+/// A boolean: 1/0, true/false, yes/no, on/off (any case); `fallback` when unset.
+[[nodiscard]] inline bool env_bool(const char* name, bool fallback) {
+  const auto raw = env_raw(name);
+  if (!raw) return fallback;
+  std::string v;
+  for (char c : *raw) v.push_back(detail::to_lower(c));
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  detail::bad_env(name, *raw, "expected 1/0, true/false, yes/no or on/off");
+}
+
+/// One of `choices` (exact match), or `fallback` when unset.
+[[nodiscard]] inline std::string env_choice(const char* name, std::initializer_list<std::string_view> choices,
+                                            std::string_view fallback) {
+  const auto raw = env_raw(name);
+  if (!raw) return std::string(fallback);
+  for (auto c : choices)
+    if (c == *raw) return *raw;
+  detail::bad_env(name, *raw, fmt::format("expected one of: {}", fmt::join(choices, ", ")));
+}
+
+/// STRATA_* variables set in this process that strata does not read (likely misspelt).
+[[nodiscard]] inline std::vector<std::string> unknown_env_variables() {
+  std::vector<std::string> unknown;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (!entry.starts_with("STRATA_")) continue;
+    const auto name = entry.substr(0, entry.find('='));
+    bool known = false;
+    for (const auto& v : env_variables) known = known || v.name == name;
+    if (!known) unknown.emplace_back(name);
+  }
+  return unknown;
+}
+
+}  // namespace strata
