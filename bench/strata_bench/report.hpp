@@ -1,0 +1,84 @@
+#pragma once
+// Small helpers that every subcommand's output shares: a flat JSON object for --json, and the
+// same-run memory-copy bandwidth that CPU-side figures are compared with.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <future>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <strata/core/aligned_buffer.hpp>
+#include <strata/core/thread_pool.hpp>
+
+namespace strata::bench {
+
+/// Builds one flat JSON object: {"key": value, ...}, keys in insertion order.
+class json_object {
+ public:
+  json_object& add(std::string_view key, double v) {
+    return raw(key, std::isfinite(v) ? fmt::format("{}", v) : std::string("null"));
+  }
+  json_object& add(std::string_view key, std::int64_t v) { return raw(key, fmt::format("{}", v)); }
+  json_object& add(std::string_view key, std::uint64_t v) { return raw(key, fmt::format("{}", v)); }
+  json_object& add(std::string_view key, std::string_view v) { return raw(key, quote(v)); }
+  json_object& add(std::string_view key, const char* v) { return add(key, std::string_view(v)); }
+  json_object& add(std::string_view key, bool v) { return raw(key, v ? "true" : "false"); }
+  [[nodiscard]] std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  json_object& raw(std::string_view key, std::string_view value) {
+    if (!body_.empty()) body_ += ", ";
+    body_ += quote(key) + ": " + std::string(value);
+    return *this;
+  }
+  static std::string quote(std::string_view s) {
+    std::string out = "\"";
+    for (char c : s) {
+      if (c == '"' || c == '\\') out += '\\';
+      if (static_cast<unsigned char>(c) < 0x20) {
+        out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+        continue;
+      }
+      out += c;
+    }
+    return out + "\"";
+  }
+  std::string body_;
+};
+
+/// Result of a memory-copy bandwidth measurement.
+struct copy_bandwidth {
+  double GBps = 0;         ///< bytes read + bytes written, per second, best repetition
+  std::uint64_t bytes = 0; ///< size of the source buffer
+};
+
+/// Copies a `bytes`-sized buffer with `threads` threads `reps` times and reports the best rate,
+/// counting each byte once read and once written: the bound a streaming kernel is measured
+/// against on this machine, in this run.
+inline copy_bandwidth measure_copy_bandwidth(std::uint64_t bytes, std::size_t threads, int reps = 5) {
+  aligned_buffer src(bytes, 64, buffer_init::zeroed);
+  aligned_buffer dst(bytes, 64, buffer_init::zeroed);  // zeroed: pages are touched before timing
+  thread_pool pool(threads, "membw");
+  const std::uint64_t per = (bytes / threads + 63) / 64 * 64;
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::future<void>> fs;
+    for (std::size_t t = 0; t < threads; ++t) {
+      const std::uint64_t off = std::min<std::uint64_t>(t * per, bytes);
+      const std::uint64_t len = std::min<std::uint64_t>(per, bytes - off);
+      fs.push_back(pool.submit([&, off, len] { std::memcpy(dst.data() + off, src.data() + off, len); }));
+    }
+    for (auto& f : fs) f.get();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * static_cast<double>(bytes) / s / 1e9);
+  }
+  return {best, bytes};
+}
+
+}  // namespace strata::bench
