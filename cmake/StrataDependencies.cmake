@@ -18,6 +18,16 @@ set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
 strata_require(fmt libfmt-dev CONFIG)
 
+# xxHash (XXH3) checksums every stored block; used header-only (XXH_INLINE_ALL).
+find_package(PkgConfig QUIET)
+if(PKG_CONFIG_FOUND AND NOT TARGET PkgConfig::strata_xxhash)
+  pkg_check_modules(strata_xxhash QUIET IMPORTED_TARGET GLOBAL libxxhash)
+endif()
+if(NOT TARGET PkgConfig::strata_xxhash)
+  message(FATAL_ERROR "strata needs xxHash (xxhash.h), which pkg-config could not find.\n"
+                      "On Debian/Ubuntu: apt-get install libxxhash-dev pkg-config")
+endif()
+
 # --- CUDA (optional) ----------------------------------------------------------------------------
 set(STRATA_HAS_CUDA OFF)
 set(STRATA_CUDA_LANGUAGE OFF)  # whether .cu sources of this project are compiled

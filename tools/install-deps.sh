@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libfmt-dev           # formatting (a dependency of the strata target)
+  libxxhash-dev        # XXH3 checksums of stored blocks (a dependency of the strata target)
   liburing-dev         # io_uring file backend (optional; a POSIX backend always exists)
   doctest-dev          # tests
   nlohmann-json3-dev   # tests: parse the Chrome trace JSON that strata writes

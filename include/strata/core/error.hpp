@@ -99,6 +99,13 @@ class integrity_error : public error {
                           tier, object, offset, actual, expected)),
         info_(std::make_shared<const info>(info{std::string(tier), std::string(object), offset})) {}
 
+  /// The check could not be made or failed for another reason (no checksum recorded, truncated
+  /// manifest); `reason` says which.
+  integrity_error(std::string_view tier, std::string_view object, std::uint64_t offset, std::string_view reason)
+      : error(fmt::format("integrity check failed on tier '{}', object '{}' at offset {}: {}", tier, object, offset,
+                          reason)),
+        info_(std::make_shared<const info>(info{std::string(tier), std::string(object), offset})) {}
+
   /// Name of the tier that returned the bad bytes.
   [[nodiscard]] const std::string& tier() const noexcept { return info_->tier; }
   /// Name of the object whose bytes are bad.

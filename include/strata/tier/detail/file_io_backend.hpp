@@ -1,0 +1,269 @@
+#pragma once
+// The I/O engines under file_tier: one raw positioned read or write at a time, completed in
+// full (short transfers are continued, EINTR/EAGAIN retried) and reported once through a
+// callback. Two engines share the interface: a POSIX thread pool (pread/pwrite, always present)
+// and io_uring (liburing), which keeps up to `queue_depth` operations in flight from one
+// submitting and one reaping thread.
+
+#include <fcntl.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <vector>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "strata/core/config.hpp"
+#include "strata/core/error.hpp"
+#include "strata/core/thread_pool.hpp"
+#include "strata/tier/io_future.hpp"
+
+#if STRATA_HAS_URING
+#include <liburing.h>
+#endif
+
+namespace strata {
+
+namespace detail {
+inline int sys_open(const char* path, int flags, mode_t mode) { return ::open(path, flags, mode); }
+}  // namespace detail
+
+/// Syscalls a file_tier issues: the POSIX engine's transfers, and the open that probes whether
+/// the filesystem takes O_DIRECT. Tests replace them to inject short transfers, EINTR, EAGAIN,
+/// ENOSPC or a refused O_DIRECT; everyone else leaves the defaults.
+struct file_syscalls {
+  ssize_t (*pread)(int, void*, std::size_t, off_t) = ::pread;
+  ssize_t (*pwrite)(int, const void*, std::size_t, off_t) = ::pwrite;
+  int (*open)(const char*, int, mode_t) = detail::sys_open;
+};
+
+namespace detail {
+
+/// One positioned transfer. `done(bytes, err)` runs exactly once: err == 0 and bytes == len on
+/// success; for reads with `allow_eof`, fewer bytes when the file ends first; else err is the
+/// errno of the failure and bytes what was transferred before it.
+struct raw_io {
+  int fd = -1;
+  bool write = false;
+  std::byte* buf = nullptr;
+  std::size_t len = 0;
+  std::uint64_t offset = 0;
+  bool allow_eof = false;
+  std::size_t done_bytes = 0;  // progress, owned by the engine
+  std::shared_ptr<void> keep_alive;  // what must outlive the transfer (fd, buffers)
+  std::function<void(std::size_t, int)> done;
+};
+
+class file_io_engine {
+ public:
+  virtual ~file_io_engine() = default;
+  /// Starts `op`; its callback may run on this thread or on an engine thread.
+  virtual void submit(std::unique_ptr<raw_io> op) = 0;
+  [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+
+ protected:
+  /// Applies one result (bytes or -errno) to `op`. Returns true when `op` is finished (its
+  /// callback has run), false when the remainder must be submitted again.
+  static bool advance(raw_io& op, long long result) {
+    if (result < 0) {
+      const int err = static_cast<int>(-result);
+      if (err == EINTR || err == EAGAIN) return false;
+      op.done(op.done_bytes, err);
+      return true;
+    }
+    if (result == 0) {
+      if (!op.write && op.allow_eof) {
+        op.done(op.done_bytes, 0);
+        return true;
+      }
+      op.done(op.done_bytes, op.write ? EIO : ENODATA);  // no progress: never loop forever
+      return true;
+    }
+    op.done_bytes += static_cast<std::size_t>(result);
+    if (op.done_bytes < op.len) return false;  // short transfer: continue with the rest
+    op.done(op.done_bytes, 0);
+    return true;
+  }
+};
+
+/// pread/pwrite on a fixed thread pool: one task per operation, which loops until done.
+class posix_engine final : public file_io_engine {
+ public:
+  posix_engine(std::size_t threads, file_syscalls calls, const std::string& name)
+      : calls_(calls), pool_(threads, name.substr(0, 8) + "-io") {}
+
+  void submit(std::unique_ptr<raw_io> op) override {
+    (void)pool_.submit([this, o = std::shared_ptr<raw_io>(std::move(op))] {
+      for (;;) {
+        const std::size_t rest = o->len - o->done_bytes;
+        const auto off = static_cast<off_t>(o->offset + o->done_bytes);
+        const ssize_t n = o->write ? calls_.pwrite(o->fd, o->buf + o->done_bytes, rest, off)
+                                   : calls_.pread(o->fd, o->buf + o->done_bytes, rest, off);
+        if (advance(*o, n < 0 ? -static_cast<long long>(errno) : static_cast<long long>(n))) return;
+      }
+    });
+  }
+  [[nodiscard]] std::string_view name() const noexcept override { return "posix"; }
+
+ private:
+  file_syscalls calls_;
+  thread_pool pool_;  // last: drained and joined before anything else goes
+};
+
+#if STRATA_HAS_URING
+/// io_uring: submissions under a mutex, completions on one reaper thread, at most `depth`
+/// operations in flight (the rest wait in a queue, so the completion ring never overflows).
+class uring_engine final : public file_io_engine {
+ public:
+  uring_engine(unsigned depth, const std::string& name) : depth_(depth) {
+    if (const int rc = io_uring_queue_init(depth, &ring_, 0); rc < 0)
+      throw io_error("io_uring_queue_init", name, -rc);
+    reaper_ = std::thread([this, tn = name.substr(0, 8) + "-uring"] {
+      ::pthread_setname_np(::pthread_self(), tn.c_str());
+      reap();
+    });
+  }
+  uring_engine(const uring_engine&) = delete;
+  uring_engine& operator=(const uring_engine&) = delete;
+
+  ~uring_engine() override {
+    {
+      std::unique_lock lock(mutex_);
+      idle_.wait(lock, [&] { return inflight_ == 0 && waiting_.empty(); });  // drain
+      stopping_ = true;
+      io_uring_sqe* sqe = get_sqe_locked();
+      io_uring_prep_nop(sqe);
+      io_uring_sqe_set_data(sqe, nullptr);  // null user data wakes the reaper to stop
+      io_uring_submit(&ring_);
+    }
+    reaper_.join();
+    io_uring_queue_exit(&ring_);
+  }
+
+  void submit(std::unique_ptr<raw_io> op) override {
+    raw_io* failed = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      if (inflight_ >= depth_) {
+        waiting_.push_back(std::move(op));
+        return;
+      }
+      failed = start_locked(op.release());
+    }
+    fail(failed);
+  }
+  [[nodiscard]] std::string_view name() const noexcept override { return "io_uring"; }
+
+ private:
+  io_uring_sqe* get_sqe_locked() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    while (sqe == nullptr) {  // submission queue full: hand it to the kernel and retry
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+
+  // Queues `op` in the ring; returns it when the kernel refused the submission, so that the
+  // caller fails it after releasing the lock (its callback may submit more work).
+  [[nodiscard]] raw_io* start_locked(raw_io* op) {
+    ++inflight_;
+    prep_locked(op);
+    if (const int rc = io_uring_submit(&ring_); rc < 0) {
+      --inflight_;
+      op->done_bytes = static_cast<std::size_t>(-rc);  // carries the errno to fail()
+      return op;
+    }
+    return nullptr;
+  }
+
+  static void fail(raw_io* op) noexcept {
+    if (op == nullptr) return;
+    const int err = static_cast<int>(op->done_bytes);
+    op->done_bytes = 0;
+    op->done(0, err);
+    delete op;
+  }
+
+  void prep_locked(raw_io* op) {
+    io_uring_sqe* sqe = get_sqe_locked();
+    const std::size_t rest = op->len - op->done_bytes;
+    const auto off = op->offset + op->done_bytes;
+    if (op->write)
+      io_uring_prep_write(sqe, op->fd, op->buf + op->done_bytes, static_cast<unsigned>(rest), off);
+    else
+      io_uring_prep_read(sqe, op->fd, op->buf + op->done_bytes, static_cast<unsigned>(rest), off);
+    io_uring_sqe_set_data(sqe, op);
+  }
+
+  void reap() {
+    for (;;) {
+      io_uring_cqe* cqe = nullptr;
+      const int rc = io_uring_wait_cqe(&ring_, &cqe);
+      if (rc == -EINTR) continue;
+      if (rc < 0) continue;  // transient (e.g. -EAGAIN); the ring stays usable
+      auto* op = static_cast<raw_io*>(io_uring_cqe_get_data(cqe));
+      const int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      if (op == nullptr) {
+        std::lock_guard lock(mutex_);
+        if (stopping_) return;
+        continue;
+      }
+      // The callback runs outside the lock: it may submit the next step of its request.
+      const bool finished = advance(*op, res);
+      if (finished) delete op;
+      std::vector<raw_io*> failed;
+      {
+        std::lock_guard lock(mutex_);
+        if (!finished) {  // resubmit the remainder (short transfer, EINTR, EAGAIN)
+          prep_locked(op);
+          if (const int src = io_uring_submit(&ring_); src < 0) {
+            --inflight_;
+            op->done_bytes = static_cast<std::size_t>(-src);
+            failed.push_back(op);
+          }
+        } else {
+          --inflight_;
+        }
+        while (inflight_ < depth_ && !waiting_.empty()) {
+          raw_io* next = waiting_.front().release();
+          waiting_.pop_front();
+          if (raw_io* f = start_locked(next)) failed.push_back(f);
+        }
+        if (inflight_ == 0 && waiting_.empty() && failed.empty()) idle_.notify_all();
+      }
+      for (raw_io* f : failed) fail(f);
+      if (!failed.empty()) {
+        std::lock_guard lock(mutex_);
+        if (inflight_ == 0 && waiting_.empty()) idle_.notify_all();
+      }
+    }
+  }
+
+  unsigned depth_;
+  io_uring ring_{};
+  std::mutex mutex_;
+  std::condition_variable idle_;
+  unsigned inflight_ = 0;
+  bool stopping_ = false;
+  std::deque<std::unique_ptr<raw_io>> waiting_;
+  std::thread reaper_;
+};
+#endif
+
+}  // namespace detail
+}  // namespace strata

@@ -1,0 +1,539 @@
+#pragma once
+/// file_tier: objects as files in one directory (a node-local NVMe mount, a PFS mount, ...).
+///
+/// - Two engines behind one interface: io_uring (liburing, `queue_depth` in flight) and a POSIX
+///   thread pool (pread/pwrite) that always exists. `io_backend::automatic` picks io_uring when
+///   strata was built with it and the kernel allows it, else POSIX, and says so once.
+/// - O_DIRECT by default. Callers never need aligned memory or 512-byte multiples: aligned
+///   requests go straight from the caller's memory; the unaligned head or tail of a request goes
+///   through a 4096-aligned bounce buffer (read-modify-write of the edge blocks), and the file is
+///   truncated back to the object's true length. A filesystem that refuses O_DIRECT (tmpfs) gets
+///   buffered I/O, reported once through strata::notice.
+/// - Requests are split into `chunk_bytes` pieces at absolute multiples of `chunk_bytes`, all
+///   issued at once; short transfers are continued and EINTR/EAGAIN retried; ENOSPC/EDQUOT become
+///   capacity_error, other failures io_error naming path, offset and errno text.
+/// - Durability: writes are durable after flush() (fdatasync of touched files, fsync of the
+///   directory when files were created or removed), not before.
+/// Environment defaults: STRATA_IO_BACKEND, STRATA_DIRECT_IO, STRATA_CHUNK_BYTES,
+/// STRATA_QUEUE_DEPTH, STRATA_IO_THREADS (see README).
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "strata/core/aligned_buffer.hpp"
+#include "strata/core/env.hpp"
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/core/fs.hpp"
+#include "strata/core/notice.hpp"
+#include "strata/core/units.hpp"
+#include "strata/tier/detail/file_io_backend.hpp"
+#include "strata/tier/io_future.hpp"
+#include "strata/tier/throughput_meter.hpp"
+#include "strata/tier/tier.hpp"
+
+namespace strata {
+
+/// Which engine a file_tier uses.
+enum class io_backend : std::uint8_t { automatic, uring, posix };
+
+[[nodiscard]] constexpr std::string_view to_string(io_backend b) noexcept {
+  switch (b) {
+    case io_backend::automatic: return "auto";
+    case io_backend::uring: return "uring";
+    case io_backend::posix: return "posix";
+  }
+  return "unknown";
+}
+
+/// Options of a file_tier. Defaults come from STRATA_* variables when set.
+struct file_tier_options {
+  std::filesystem::path directory;  ///< created if missing
+  std::string name;                 ///< default: the directory's path
+  io_backend backend = backend_from_env();
+  bool direct = env_bool("STRATA_DIRECT_IO", true);
+  std::uint64_t chunk_bytes = env_size("STRATA_CHUNK_BYTES", 8ULL << 20, 4096, 1ULL << 30);
+  unsigned queue_depth = env_integer<unsigned>("STRATA_QUEUE_DEPTH", 32, 1, 4096);
+  std::size_t threads = env_integer<std::size_t>("STRATA_IO_THREADS", 4, 1, 256);
+  std::uint64_t capacity = unlimited_capacity;  ///< budget; the medium's free space also bounds it
+  double read_bandwidth = 0;                     ///< declared, bytes/s; 0 = use the measured value
+  double write_bandwidth = 0;
+  file_syscalls syscalls{};  ///< POSIX engine's syscalls (a test hook)
+
+  static io_backend backend_from_env() {
+    const auto v = env_choice("STRATA_IO_BACKEND", {"auto", "uring", "posix"}, "auto");
+    return v == "uring" ? io_backend::uring : v == "posix" ? io_backend::posix : io_backend::automatic;
+  }
+};
+
+class file_tier {
+ public:
+  static constexpr std::uint64_t block = direct_io_alignment;
+
+  explicit file_tier(file_tier_options o) : opts_(std::move(o)) {
+    if (opts_.name.empty()) opts_.name = opts_.directory.string();
+    STRATA_EXPECTS(!opts_.directory.empty(), config_error, "file_tier: no directory given");
+    STRATA_EXPECTS(opts_.chunk_bytes % block == 0 && opts_.chunk_bytes > 0, config_error,
+                   "file_tier '{}': chunk_bytes {} is not a positive multiple of {}", opts_.name, opts_.chunk_bytes,
+                   block);
+    std::error_code ec;
+    std::filesystem::create_directories(opts_.directory, ec);
+    if (ec) throw io_error("mkdir", opts_.directory, ec.value());
+    if (::access(opts_.directory.c_str(), R_OK | W_OK | X_OK) != 0) throw io_error("access", opts_.directory, errno);
+    direct_ = opts_.direct && probe_direct_io();
+    scan_existing();
+    engine_ = make_engine();
+  }
+
+  file_tier(const file_tier&) = delete;
+  file_tier& operator=(const file_tier&) = delete;
+  /// Waits for every request in flight (the engine drains), then closes.
+  ~file_tier() { engine_.reset(); }
+
+  io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
+    try {
+      validate_object_name(opts_.name, object);
+      STRATA_EXPECTS(offset <= unlimited_capacity - bytes.size(), config_error,
+                     "tier '{}': write to object '{}' at offset {} overflows", opts_.name, object, offset);
+      const std::uint64_t end = offset + bytes.size();
+      const auto path = path_of(object);
+      std::uint64_t old_size = 0;
+      {
+        std::lock_guard lock(mutex_);
+        const auto it = sizes_.find(object);
+        old_size = it == sizes_.end() ? 0 : it->second;
+        const std::uint64_t growth = end > old_size ? end - old_size : 0;
+        if (growth > 0 && (used_ + growth > opts_.capacity || used_ + growth < used_))
+          throw capacity_error(fmt::format("tier '{}': writing {} at offset {} of object '{}' would use {} of a {} "
+                                           "budget",
+                                           opts_.name, format_size(bytes.size()), offset, object,
+                                           format_size(used_ + growth), format_size(opts_.capacity)),
+                               used_ + growth, opts_.capacity);
+        if (it == sizes_.end()) {
+          sizes_.emplace(std::string(object), std::max(old_size, end));
+          directory_dirty_ = true;
+        } else {
+          it->second = std::max(old_size, end);
+        }
+        used_ += growth;
+        dirty_.insert(std::string(object));
+      }
+      auto fd = std::make_shared<unique_fd>();
+      try {
+        *fd = open_file(path, O_RDWR | O_CREAT | (direct_ ? O_DIRECT : 0));
+      } catch (...) {
+        settle_size(std::string(object), path, nullptr);
+        throw;
+      }
+      auto req = std::make_shared<request>(this, std::string(object), path, std::move(fd), /*write=*/true, offset,
+                                           bytes.size(), const_cast<std::byte*>(bytes.data()), old_size);
+      return start(req);
+    } catch (...) {
+      return make_ready_io_future(std::current_exception());
+    }
+  }
+
+  io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
+    try {
+      validate_object_name(opts_.name, object);
+      const auto size = this->size(object);
+      if (!size || offset > *size || dst.size() > *size - offset)
+        throw out_of_range_error(opts_.name, object, offset, dst.size(), size);
+      const auto path = path_of(object);
+      auto fd = std::make_shared<unique_fd>(open_file(path, O_RDONLY | (direct_ ? O_DIRECT : 0)));
+      auto req = std::make_shared<request>(this, std::string(object), path, std::move(fd), /*write=*/false, offset,
+                                           dst.size(), dst.data(), *size);
+      return start(req);
+    } catch (...) {
+      return make_ready_io_future(std::current_exception());
+    }
+  }
+
+  bool remove(std::string_view object) {
+    validate_object_name(opts_.name, object);
+    const auto path = path_of(object);
+    if (::unlink(path.c_str()) != 0) {
+      if (errno != ENOENT) throw io_error("unlink", path, errno);
+      std::lock_guard lock(mutex_);
+      forget_locked(object);
+      return false;
+    }
+    std::lock_guard lock(mutex_);
+    forget_locked(object);
+    directory_dirty_ = true;
+    return true;
+  }
+
+  /// Makes every completed write durable: fdatasync of each file written since the last flush,
+  /// then fsync of the directory if files were created or removed.
+  void flush() {
+    std::set<std::string> dirty;
+    bool dir_dirty = false;
+    {
+      std::lock_guard lock(mutex_);
+      dirty.swap(dirty_);
+      dir_dirty = std::exchange(directory_dirty_, false);
+    }
+    try {
+      for (const auto& object : dirty) {
+        const auto path = path_of(object);
+        unique_fd fd;
+        try {
+          fd = open_file(path, O_RDONLY);
+        } catch (const io_error& e) {
+          if (e.error_number() == ENOENT) continue;  // removed since: nothing to sync
+          throw;
+        }
+        if (::fdatasync(fd.get()) != 0) throw io_error("fdatasync", path, errno);
+      }
+      if (dir_dirty) {
+        auto dfd = open_file(opts_.directory, O_RDONLY | O_DIRECTORY);
+        if (::fsync(dfd.get()) != 0) throw io_error("fsync", opts_.directory, errno);
+      }
+    } catch (...) {
+      std::lock_guard lock(mutex_);  // not durable yet: a later flush must try again
+      dirty_.merge(dirty);
+      directory_dirty_ = directory_dirty_ || dir_dirty;
+      throw;
+    }
+  }
+
+  [[nodiscard]] std::optional<std::uint64_t> size(std::string_view object) const {
+    {
+      std::lock_guard lock(mutex_);
+      if (const auto it = sizes_.find(object); it != sizes_.end()) return it->second;
+    }
+    struct stat st {};
+    const auto path = opts_.directory / std::string(object);
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    return static_cast<std::uint64_t>(st.st_size);
+  }
+
+  /// The budget, bounded by what the filesystem can still take.
+  [[nodiscard]] std::uint64_t capacity() const {
+    struct statvfs vfs {};
+    const std::uint64_t u = used();
+    if (::statvfs(opts_.directory.c_str(), &vfs) != 0) return opts_.capacity;
+    const std::uint64_t free_bytes = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    const std::uint64_t medium = free_bytes > unlimited_capacity - u ? unlimited_capacity : u + free_bytes;
+    return std::min(opts_.capacity, medium);
+  }
+  [[nodiscard]] std::uint64_t used() const {
+    std::lock_guard lock(mutex_);
+    return used_;
+  }
+  [[nodiscard]] std::string_view name() const { return opts_.name; }
+  /// Declared bandwidths where given, else those measured from the requests served so far.
+  [[nodiscard]] tier_descriptor descriptor() const {
+    const double r = opts_.read_bandwidth > 0 ? opts_.read_bandwidth : read_meter_.bytes_per_second();
+    const double w = opts_.write_bandwidth > 0 ? opts_.write_bandwidth : write_meter_.bytes_per_second();
+    const bool measured = (opts_.read_bandwidth <= 0 && r > 0) || (opts_.write_bandwidth <= 0 && w > 0);
+    return {opts_.name, tier_kind::file, r, w, measured};
+  }
+
+  /// Whether O_DIRECT is in use (false after a fallback to buffered I/O).
+  [[nodiscard]] bool direct_io() const noexcept { return direct_; }
+  /// The engine in use: "io_uring" or "posix".
+  [[nodiscard]] std::string_view engine() const noexcept { return engine_->name(); }
+  /// The directory holding the objects.
+  [[nodiscard]] const std::filesystem::path& directory() const noexcept { return opts_.directory; }
+  /// The file that holds `object`.
+  [[nodiscard]] std::filesystem::path path_of(std::string_view object) const {
+    return opts_.directory / std::string(object);
+  }
+
+ private:
+  // One read or write: its chunks complete independently; the last one completes the promise.
+  struct request {
+    request(file_tier* t, std::string obj, std::filesystem::path p, std::shared_ptr<unique_fd> f, bool w,
+            std::uint64_t off, std::uint64_t len, std::byte* b, std::uint64_t size_before)
+        : tier(t), object(std::move(obj)), path(std::move(p)), fd(std::move(f)), write(w), offset(off),
+          length(len), buf(b), old_size(size_before) {}
+    file_tier* tier;
+    std::string object;
+    std::filesystem::path path;
+    std::shared_ptr<unique_fd> fd;
+    bool write;
+    std::uint64_t offset;
+    std::uint64_t length;
+    std::byte* buf;
+    std::uint64_t old_size;
+    io_promise promise;
+    std::mutex mutex;
+    std::size_t remaining = 0;
+    std::exception_ptr first_error;
+    bool bounced = false;
+  };
+
+  io_future start(const std::shared_ptr<request>& req) {
+    auto fut = req->promise.get_future();
+    (req->write ? write_meter_ : read_meter_).begin();
+    // Chunk boundaries at absolute multiples of chunk_bytes: no two chunks share a block.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> chunks;
+    for (std::uint64_t pos = req->offset, end = req->offset + req->length; pos < end;) {
+      const std::uint64_t next = std::min(end, (pos / opts_.chunk_bytes + 1) * opts_.chunk_bytes);
+      chunks.emplace_back(pos, next - pos);
+      pos = next;
+    }
+    if (chunks.empty()) {
+      finish(req);
+      return fut;
+    }
+    req->remaining = chunks.size();
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      try {
+        start_chunk(req, chunks[i].first, chunks[i].second);
+      } catch (...) {
+        // Chunks already started still complete; the rest never will: account for them so the
+        // future completes (with this error) only when nothing touches the caller's memory.
+        std::unique_lock lock(req->mutex);
+        if (!req->first_error) req->first_error = std::current_exception();
+        req->remaining -= chunks.size() - i;
+        const bool last = req->remaining == 0;
+        lock.unlock();
+        if (last) finish(req);
+        break;
+      }
+    }
+    return fut;
+  }
+
+  void start_chunk(const std::shared_ptr<request>& req, std::uint64_t pos, std::uint64_t len) {
+    std::byte* user = req->buf + (pos - req->offset);
+    const bool aligned = !direct_ || (pos % block == 0 && len % block == 0 &&
+                                      reinterpret_cast<std::uintptr_t>(user) % block == 0);
+    if (aligned) {
+      submit(req, req->write, user, len, pos, false,
+             [this, req, len](std::size_t done, int err) { chunk_done(req, done == len ? 0 : err, done); });
+      return;
+    }
+    // Bounce through an aligned window covering whole blocks.
+    const std::uint64_t a0 = pos / block * block;
+    const std::uint64_t a1 = (pos + len + block - 1) / block * block;
+    auto bounce = std::make_shared<direct_io_buffer>(acquire_bounce(a1 - a0));
+    {
+      std::lock_guard lock(req->mutex);
+      req->bounced = true;
+    }
+    if (!req->write) {
+      const std::uint64_t need = pos + len - a0;  // the file ends inside the last block: fine
+      submit(req, false, bounce->data(), a1 - a0, a0, true,
+             [this, req, bounce, pos, len, a0, need, user](std::size_t done, int err) {
+               if (err == 0 && done < need) err = ENODATA;
+               if (err == 0) std::memcpy(user, bounce->data() + (pos - a0), len);
+               release_bounce(std::move(*bounce));
+               chunk_done(req, err, err == 0 ? len : 0);
+             });
+      return;
+    }
+    // Write: the edge blocks keep their other bytes, so read them first when the file has them.
+    std::memset(bounce->data(), 0, block);
+    std::memset(bounce->data() + (a1 - a0 - block), 0, block);
+    std::vector<std::uint64_t> edges;
+    if (pos != a0 && a0 < req->old_size) edges.push_back(a0);
+    const std::uint64_t tail = a1 - block;
+    if ((pos + len) % block != 0 && tail < req->old_size && (edges.empty() || edges.front() != tail))
+      edges.push_back(tail);
+    auto after_edges = [this, req, bounce, pos, len, a0, a1, user] {
+      std::memcpy(bounce->data() + (pos - a0), user, len);
+      submit(req, true, bounce->data(), a1 - a0, a0, false, [this, req, bounce, a0, a1, len](std::size_t done, int err) {
+        if (err == 0 && done != a1 - a0) err = EIO;
+        release_bounce(std::move(*bounce));
+        chunk_done(req, err, err == 0 ? len : 0);
+      });
+    };
+    if (edges.empty()) {
+      after_edges();
+      return;
+    }
+    auto pending = std::make_shared<std::atomic<int>>(static_cast<int>(edges.size()));
+    auto edge_error = std::make_shared<std::atomic<int>>(0);
+    for (const std::uint64_t e : edges)
+      submit(req, false, bounce->data() + (e - a0), block, e, true,
+             [this, req, bounce, pending, edge_error, after_edges, len](std::size_t, int err) {
+               if (err != 0) edge_error->store(err);
+               if (pending->fetch_sub(1) != 1) return;
+               if (const int ee = edge_error->load(); ee != 0) {
+                 release_bounce(std::move(*bounce));
+                 chunk_done(req, ee, 0);
+                 return;
+               }
+               after_edges();
+             });
+  }
+
+  template <class Done>
+  void submit(const std::shared_ptr<request>& req, bool write, std::byte* buf, std::uint64_t len, std::uint64_t off,
+              bool allow_eof, Done&& done) {
+    auto op = std::make_unique<detail::raw_io>();
+    op->fd = req->fd->get();
+    op->write = write;
+    op->buf = buf;
+    op->len = len;
+    op->offset = off;
+    op->allow_eof = allow_eof;
+    op->done = std::forward<Done>(done);
+    engine_->submit(std::move(op));
+  }
+
+  void chunk_done(const std::shared_ptr<request>& req, int err, std::uint64_t /*bytes*/) noexcept {
+    std::unique_lock lock(req->mutex);
+    if (err != 0 && !req->first_error) req->first_error = make_error(*req, err);
+    if (--req->remaining != 0) return;
+    lock.unlock();
+    finish(req);
+  }
+
+  std::exception_ptr make_error(const request& req, int err) const noexcept {
+    const char* op = req.write ? "pwrite" : "pread";
+    try {
+      if (err == ENOSPC || err == EDQUOT)
+        return std::make_exception_ptr(capacity_error(
+            fmt::format("{} {} (tier '{}', object '{}'): {}", op, req.path.string(), opts_.name, req.object,
+                        detail::errno_text(err))));
+      if (err == ENODATA)
+        return std::make_exception_ptr(io_error(std::string(op) + " (file ended early)", req.path, req.offset, EIO));
+      return std::make_exception_ptr(io_error(op, req.path, req.offset, err));
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+
+  void finish(const std::shared_ptr<request>& req) noexcept {
+    std::exception_ptr error = req->first_error;
+    if (req->write) {
+      const std::uint64_t logical = std::max(req->old_size, req->offset + req->length);
+      // Padded O_DIRECT writes may have left whole blocks past the object's end.
+      if (!error && req->bounced && ::ftruncate(req->fd->get(), static_cast<off_t>(logical)) != 0)
+        error = std::make_exception_ptr(io_error("ftruncate", req->path, logical, errno));
+      if (error) settle_size(req->object, req->path, req->fd.get());
+    }
+    (req->write ? write_meter_ : read_meter_).end(error ? 0 : req->length);
+    req->fd.reset();  // close before completing: a caller may remove the file at once
+    req->promise.complete(error);
+  }
+
+  // After a failed write, trust the file, not the reservation.
+  void settle_size(const std::string& object, const std::filesystem::path& path, const unique_fd* fd) noexcept {
+    struct stat st {};
+    const int rc = (fd != nullptr && *fd) ? ::fstat(fd->get(), &st) : ::stat(path.c_str(), &st);
+    std::lock_guard lock(mutex_);
+    const auto it = sizes_.find(object);
+    if (it == sizes_.end()) return;
+    const std::uint64_t actual = rc == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+    used_ = used_ - it->second + actual;
+    if (rc != 0)
+      sizes_.erase(it);
+    else
+      it->second = actual;
+  }
+
+  void forget_locked(std::string_view object) {
+    if (const auto it = sizes_.find(object); it != sizes_.end()) {
+      used_ -= it->second;
+      sizes_.erase(it);
+    }
+    if (const auto it = dirty_.find(std::string(object)); it != dirty_.end()) dirty_.erase(it);
+  }
+
+  direct_io_buffer acquire_bounce(std::uint64_t bytes) {
+    {
+      std::lock_guard lock(bounce_mutex_);
+      for (auto it = bounce_pool_.begin(); it != bounce_pool_.end(); ++it)
+        if (it->size() >= bytes) {
+          auto b = std::move(*it);
+          bounce_pool_.erase(it);
+          return b;
+        }
+    }
+    return direct_io_buffer(std::max<std::uint64_t>(bytes, std::min<std::uint64_t>(opts_.chunk_bytes, 1ULL << 20)));
+  }
+  void release_bounce(direct_io_buffer&& b) noexcept {
+    try {
+      std::lock_guard lock(bounce_mutex_);
+      if (bounce_pool_.size() < opts_.queue_depth) bounce_pool_.push_back(std::move(b));
+    } catch (...) {  // the buffer is simply freed
+    }
+  }
+
+  bool probe_direct_io() {
+    const auto probe = opts_.directory / ".strata-direct-probe";
+    const int fd = opts_.syscalls.open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      ::unlink(probe.c_str());
+      return true;
+    }
+    const int err = errno;
+    if (err != EINVAL) throw io_error("open (O_DIRECT probe)", probe, err);
+    notice(fmt::format("file_tier '{}': {} does not support O_DIRECT; using buffered I/O", opts_.name,
+                       opts_.directory.string()));
+    return false;
+  }
+
+  void scan_existing() {
+    for (const auto& entry : std::filesystem::directory_iterator(opts_.directory)) {
+      const auto n = entry.path().filename().string();
+      if (n.empty() || n.front() == '.' || !entry.is_regular_file()) continue;
+      const auto sz = entry.file_size();
+      sizes_.emplace(n, sz);
+      used_ += sz;
+    }
+  }
+
+  std::unique_ptr<detail::file_io_engine> make_engine() {
+    const std::string n = opts_.name;
+    if (opts_.backend == io_backend::posix) return std::make_unique<detail::posix_engine>(opts_.threads, opts_.syscalls, n);
+#if STRATA_HAS_URING
+    try {
+      return std::make_unique<detail::uring_engine>(opts_.queue_depth, n);
+    } catch (const io_error& e) {
+      if (opts_.backend == io_backend::uring) throw;
+      notice(fmt::format("file_tier '{}': io_uring unavailable ({}); using the POSIX thread pool", n, e.what()));
+    }
+#else
+    STRATA_EXPECTS(opts_.backend != io_backend::uring, config_error,
+                   "file_tier '{}': the io_uring backend was asked for, but strata was built without liburing", n);
+#endif
+    return std::make_unique<detail::posix_engine>(opts_.threads, opts_.syscalls, n);
+  }
+
+  file_tier_options opts_;
+  bool direct_ = true;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::uint64_t, std::less<>> sizes_;
+  std::uint64_t used_ = 0;
+  std::set<std::string> dirty_;
+  bool directory_dirty_ = false;
+  std::mutex bounce_mutex_;
+  std::vector<direct_io_buffer> bounce_pool_;
+  throughput_meter read_meter_;
+  throughput_meter write_meter_;
+  std::unique_ptr<detail::file_io_engine> engine_;  // last: destroyed first, draining requests
+};
+
+static_assert(tier<file_tier>);
+
+}  // namespace strata

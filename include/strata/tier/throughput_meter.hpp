@@ -1,0 +1,49 @@
+#pragma once
+/// Measures the aggregate throughput of a device from the requests it serves: bytes completed
+/// divided by the time during which at least one request was in flight. Unlike bytes/duration
+/// per request it does not undercount when many requests overlap.
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+
+namespace strata {
+
+class throughput_meter {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  /// A request starts.
+  void begin() {
+    std::lock_guard lock(mutex_);
+    if (inflight_++ == 0) busy_since_ = clock::now();
+  }
+  /// A request that moved `bytes` ends (failed requests pass 0).
+  void end(std::uint64_t bytes) {
+    std::lock_guard lock(mutex_);
+    bytes_ += bytes;
+    if (--inflight_ == 0) busy_ += clock::now() - busy_since_;
+  }
+  /// Bytes per second over all busy time so far; 0 before any byte completed.
+  [[nodiscard]] double bytes_per_second() const {
+    std::lock_guard lock(mutex_);
+    auto busy = busy_;
+    if (inflight_ > 0) busy += clock::now() - busy_since_;
+    const double s = std::chrono::duration<double>(busy).count();
+    return (bytes_ == 0 || s <= 0) ? 0.0 : static_cast<double>(bytes_) / s;
+  }
+  /// Total bytes completed.
+  [[nodiscard]] std::uint64_t bytes() const {
+    std::lock_guard lock(mutex_);
+    return bytes_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::uint64_t inflight_ = 0;
+  std::uint64_t bytes_ = 0;
+  clock::time_point busy_since_{};
+  clock::duration busy_{};
+};
+
+}  // namespace strata

@@ -1,0 +1,99 @@
+#pragma once
+/// The `tier` concept: a place where the bytes of named objects (a subgroup's optimizer state)
+/// live between updates, read and written asynchronously by byte range.
+///
+/// Contract, for every model:
+/// - `write(object, offset, bytes)` stores `bytes` at `offset` of `object`, creating it or growing
+///   it (like pwrite: it never shrinks an object; `remove` first to replace it by a shorter one).
+///   The caller keeps `bytes` alive and unchanged until the returned future completes.
+/// - `read(object, offset, dst)` fills `dst` from `offset`; the range must lie inside the object.
+///   The caller keeps `dst` alive until the future completes.
+/// - Errors are delivered through the future as typed exceptions (io_error, capacity_error,
+///   integrity_error, config_error), never as partial silent results.
+/// - Requests on different objects may run concurrently from any threads. Requests on one object
+///   must not overlap in time unless all of them are reads.
+/// - Writes are durable after `flush()` returns, not necessarily before.
+/// - `remove` deletes an object (true) or reports it absent (false); `size` gives its length.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/tier/io_future.hpp"
+
+namespace strata {
+
+/// What kind of storage a tier is (shown in reports; placement may use it).
+enum class tier_kind : std::uint8_t { host, file, device, remote, composite };
+
+[[nodiscard]] constexpr std::string_view to_string(tier_kind k) noexcept {
+  switch (k) {
+    case tier_kind::host: return "host";
+    case tier_kind::file: return "file";
+    case tier_kind::device: return "device";
+    case tier_kind::remote: return "remote";
+    case tier_kind::composite: return "composite";
+  }
+  return "unknown";
+}
+
+/// A tier's identity and speed. Bandwidths are bytes per second; 0 means unknown.
+struct tier_descriptor {
+  std::string name;
+  tier_kind kind = tier_kind::host;
+  double read_bandwidth = 0;   ///< bytes/s
+  double write_bandwidth = 0;  ///< bytes/s
+  bool measured = false;       ///< bandwidths were measured (true) or declared/unknown (false)
+};
+
+/// Capacity value meaning "no budget beyond what the medium has".
+inline constexpr std::uint64_t unlimited_capacity = std::numeric_limits<std::uint64_t>::max();
+
+/// A storage tier; see the contract in this header's comment.
+template <class T>
+concept tier = requires(T& t, const T& ct, std::string_view object, std::uint64_t offset,
+                        std::span<std::byte> dst, std::span<const std::byte> src) {
+  { t.write(object, offset, src) } -> std::same_as<io_future>;
+  { t.read(object, offset, dst) } -> std::same_as<io_future>;
+  { t.remove(object) } -> std::same_as<bool>;
+  { t.flush() } -> std::same_as<void>;
+  { ct.size(object) } -> std::same_as<std::optional<std::uint64_t>>;
+  { ct.capacity() } -> std::same_as<std::uint64_t>;
+  { ct.used() } -> std::same_as<std::uint64_t>;
+  { ct.name() } -> std::convertible_to<std::string_view>;
+  { ct.descriptor() } -> std::same_as<tier_descriptor>;
+};
+
+/// Object names map to file names, so they are restricted to [A-Za-z0-9._-], 1..200 characters,
+/// and may not start with '.' (no hidden files, no "..", no path separators).
+inline void validate_object_name(std::string_view tier_name, std::string_view object) {
+  const auto ok = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  };
+  bool valid = !object.empty() && object.size() <= 200 && object.front() != '.';
+  for (char c : object) valid = valid && ok(c);
+  STRATA_EXPECTS(valid, config_error,
+                 "tier '{}': invalid object name '{}' (use 1-200 of [A-Za-z0-9._-], not starting with '.')",
+                 tier_name, object);
+}
+
+/// The error for a read past the end of an object or of a missing object.
+[[nodiscard]] inline config_error out_of_range_error(std::string_view tier_name, std::string_view object,
+                                                     std::uint64_t offset, std::uint64_t length,
+                                                     std::optional<std::uint64_t> size) {
+  if (!size) return config_error(fmt::format("tier '{}': read of object '{}', which does not exist", tier_name, object));
+  return config_error(fmt::format("tier '{}': read of {} bytes at offset {} of object '{}' passes its end ({} bytes)",
+                                  tier_name, length, offset, object, *size));
+}
+
+}  // namespace strata
