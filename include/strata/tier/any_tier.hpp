@@ -23,7 +23,7 @@ class any_tier {
   /// Constructs a T in place and owns it.
   template <tier T, class... Args>
   [[nodiscard]] static any_tier make(Args&&... args) {
-    return any_tier(std::make_unique<owning<T>>(std::forward<Args>(args)...));
+    return any_tier(std::in_place, std::make_unique<owning<T>>(std::forward<Args>(args)...));
   }
   /// Takes ownership of an existing tier.
   template <tier T>
@@ -33,7 +33,7 @@ class any_tier {
   /// Refers to `t`, which must outlive this any_tier.
   template <tier T>
   [[nodiscard]] static any_tier ref(T& t) {
-    return any_tier(std::make_unique<referring<T>>(t));
+    return any_tier(std::in_place, std::make_unique<referring<T>>(t));
   }
 
   any_tier(any_tier&&) noexcept = default;
@@ -116,7 +116,8 @@ class any_tier {
     T* value;
   };
 
-  explicit any_tier(std::unique_ptr<iface> impl) : impl_(std::move(impl)) {}
+  // Tagged: the erased models are tiers themselves and must not reach the public constructor.
+  any_tier(std::in_place_t, std::unique_ptr<iface> impl) : impl_(std::move(impl)) {}
   std::unique_ptr<iface> impl_;
 };
 

@@ -28,10 +28,10 @@ struct host_tier_options {
   std::string name = "host";
   /// Budget in bytes (whole pages per object count); exceeding it is a capacity_error.
   std::uint64_t capacity = unlimited_capacity;
-  host_memory_request memory{};
   /// Declared bandwidths for placement (bytes/s); 0 = unknown.
   double read_bandwidth = 0;
   double write_bandwidth = 0;
+  host_memory_request memory{};
 };
 
 /// Objects in host memory. Requests complete synchronously (the returned future is ready), so

@@ -1,0 +1,243 @@
+// Behaviour of each adaptor beyond the shared contract: shaping, permits, fault rules,
+// checksum bookkeeping, placement, type erasure, and the io_future they are built on.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "tier_fixtures.hpp"
+
+using namespace strata_test;
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+
+namespace {
+strata::host_tier_options host(std::string name, double read_bw = 0, double write_bw = 0,
+                               std::uint64_t cap = strata::unlimited_capacity) {
+  return {.name = std::move(name), .capacity = cap, .read_bandwidth = read_bw, .write_bandwidth = write_bw};
+}
+}  // namespace
+
+TEST_CASE("io_future: continuations run once, when_all carries the first error, a dropped promise fails") {
+  strata::io_promise p;
+  auto f = p.get_future();
+  int runs = 0;
+  f.on_complete([&](std::exception_ptr e) { runs += e ? 100 : 1; });
+  CHECK_FALSE(f.ready());
+  p.set_value();
+  p.set_value();  // ignored
+  CHECK(runs == 1);
+  f.on_complete([&](std::exception_ptr) { ++runs; });  // already complete: runs at once
+  CHECK(runs == 2);
+
+  strata::io_promise a, b;
+  auto all = strata::when_all({a.get_future(), b.get_future()});
+  b.set_exception(std::make_exception_ptr(strata::config_error("second")));
+  CHECK_FALSE(all.ready());
+  a.set_value();
+  CHECK_THROWS_WITH_AS(all.get(), "second", strata::config_error);
+
+  strata::io_future orphan;
+  { strata::io_promise dropped; orphan = dropped.get_future(); }
+  CHECK_THROWS_WITH_AS(orphan.get(), doctest::Contains("destroyed before the request completed"), strata::error);
+}
+
+TEST_CASE("a throttled link is shared: concurrent requests take at least bytes / bandwidth together") {
+  constexpr double bw = 8.0 * 1024 * 1024;  // 8 MiB/s
+  strata::throttled<strata::host_tier> t(strata::throttle_options{bw, bw, 0us}, host("slow"));
+  const auto data = random_bytes(256 * 1024, 1);
+  const auto t0 = clk::now();
+  std::vector<strata::io_future> writes;
+  for (int i = 0; i < 4; ++i) writes.push_back(t.write(fmt::format("o{}", i), 0, data));
+  strata::wait_all(writes);
+  const auto took = clk::now() - t0;
+  CHECK(took >= 120ms);  // 1 MiB at 8 MiB/s is 125 ms: a lower bound, whatever the machine load
+  CHECK(t.descriptor().write_bandwidth == bw);
+
+  t.set_bandwidth(0, 0);  // unshaped from now on
+  CHECK(t.descriptor().write_bandwidth == 0);
+  CHECK_THROWS_AS(t.set_bandwidth(-1, 0), strata::config_error);
+}
+
+TEST_CASE("a throttled tier adds its latency to every request") {
+  strata::throttled<strata::host_tier> t(strata::throttle_options{0, 0, 30ms}, host("far"));
+  const auto t0 = clk::now();
+  t.write("x", 0, random_bytes(10, 1)).get();
+  CHECK(clk::now() - t0 >= 30ms);
+}
+
+TEST_CASE("limited never has more requests in flight than the limiter allows") {
+  test_limiter limiter(2);
+  strata::limited<strata::throttled<strata::host_tier>, test_limiter> t(
+      limiter, strata::throttle_options{0, 0, 2ms}, host("pfs"));
+  std::vector<std::future<void>> writers;
+  for (int th = 0; th < 6; ++th)
+    writers.push_back(std::async(std::launch::async, [&t, th] {
+      const auto data = random_bytes(1000, th);
+      for (int i = 0; i < 5; ++i) t.write(fmt::format("w{}-{}", th, i), 0, data).get();
+    }));
+  for (auto& w : writers) w.get();
+  CHECK(limiter.high_water() <= 2);
+  CHECK(limiter.high_water() >= 1);
+  // Every permit came back: the next two acquisitions do not block.
+  limiter.acquire();
+  limiter.acquire();
+  limiter.release();
+  limiter.release();
+}
+
+TEST_CASE("fault rules fire after n requests, k times, or at a seeded random rate") {
+  strata::faulty<strata::host_tier> t(host("f"));
+  const auto data = random_bytes(100, 1);
+  t.inject({.kind = strata::fault_kind::eio, .op = strata::fault_op::write, .object = {}, .after = 2, .times = 2});
+  std::vector<bool> failed;
+  for (int i = 0; i < 6; ++i) {
+    try {
+      t.write("x", 0, data).get();
+      failed.push_back(false);
+    } catch (const strata::io_error&) {
+      failed.push_back(true);
+    }
+  }
+  CHECK(failed == std::vector<bool>{false, false, true, true, false, false});
+  t.clear();
+
+  const auto run = [&](std::uint64_t seed) {
+    t.clear();
+    t.seed(seed);
+    t.inject({.kind = strata::fault_kind::eio, .op = strata::fault_op::read, .object = {}, .after = 0, .times = 0, .probability = 0.5});
+    std::vector<bool> pattern;
+    std::vector<std::byte> out(100);
+    for (int i = 0; i < 64; ++i) {
+      try {
+        t.read("x", 0, out).get();
+        pattern.push_back(false);
+      } catch (const strata::io_error&) {
+        pattern.push_back(true);
+      }
+    }
+    return pattern;
+  };
+  const auto p1 = run(7);
+  CHECK(p1 == run(7));  // reproducible from the seed
+  const auto fired = std::count(p1.begin(), p1.end(), true);
+  CHECK(fired > 0);
+  CHECK(fired < 64);
+}
+
+TEST_CASE("checksummed tiers refuse writes that would split a checksum block") {
+  temp_dir dir;
+  strata::checksummed<strata::file_tier> t(strata::checksum_options{.block_bytes = 4096},
+                                           file_opts(dir.path(), strata::io_backend::automatic, strata::unlimited_capacity));
+  t.write("o", 0, random_bytes(3 * 4096, 1)).get();
+  CHECK_THROWS_WITH_AS(t.write("o", 100, random_bytes(10, 2)).get(), doctest::Contains("checksum block"),
+                       strata::config_error);
+  CHECK_THROWS_AS(t.write("o", 4096, random_bytes(100, 3)).get(), strata::config_error);  // would cut block 1
+  CHECK_THROWS_AS(t.write("o", 8192, random_bytes(100, 4)).get(), strata::config_error);  // would cut block 2
+  CHECK_NOTHROW(t.write("o", 8192, random_bytes(4096, 4)).get());  // a whole block
+  CHECK_NOTHROW(t.write("o", 3 * 4096, random_bytes(5000, 5)).get());  // appending
+}
+
+TEST_CASE("checksums export and restore, so a reopened tier verifies what an earlier run wrote") {
+  temp_dir dir;
+  const auto data = random_bytes(10000, 9);
+  strata::object_checksums saved;
+  const auto opts = file_opts(dir.path(), strata::io_backend::automatic, strata::unlimited_capacity, "nvme");
+  {
+    strata::checksummed<strata::file_tier> a(strata::checksum_options{.block_bytes = 4096}, opts);
+    a.write("sg-7", 0, data).get();
+    saved = a.checksums("sg-7").value();
+    CHECK(saved.size == 10000);
+    CHECK(saved.blocks.size() == 3);
+  }
+  strata::checksummed<strata::file_tier> b(strata::checksum_options{.block_bytes = 4096}, opts);
+  std::vector<std::byte> out(data.size());
+  CHECK_THROWS_WITH_AS(b.read("sg-7", 0, out).get(), doctest::Contains("no checksums are recorded"),
+                       strata::integrity_error);
+  b.set_checksums("sg-7", saved);
+  b.read("sg-7", 0, out).get();
+  CHECK(out == data);
+  auto corrupt = data;
+  corrupt[5000] ^= std::byte{0x10};
+  b.inner().write("sg-7", 4096, std::span<const std::byte>(corrupt).subspan(4096, 4096)).get();  // behind its back
+  try {
+    b.read("sg-7", 0, out).get();
+    FAIL("corruption went unnoticed");
+  } catch (const strata::integrity_error& e) {
+    CHECK(e.tier() == "nvme");
+    CHECK(e.object() == "sg-7");
+    CHECK(e.offset() == 4096);
+  }
+  CHECK_THROWS_AS(b.set_checksums("x", {10, 8192, {1, 2}}), strata::config_error);  // wrong block size
+
+  strata::checksummed<strata::file_tier> lax(strata::checksum_options{.block_bytes = 4096, .require_checksums = false},
+                                             opts);
+  lax.read("sg-7", 0, out).get();  // unverified by request
+}
+
+TEST_CASE("fixed_ratio places objects k:1 round robin and skips a full path") {
+  strata::multipath<strata::fixed_ratio, strata::host_tier, strata::host_tier> m(
+      strata::fixed_ratio({2, 1}), host("nvme"), host("pfs", 0, 0, 5 * 4096));
+  const auto data = random_bytes(4096, 1);
+  for (int i = 0; i < 9; ++i) m.write(fmt::format("sg-{}", i), 0, data).get();
+  std::array<int, 2> count{};
+  for (int i = 0; i < 9; ++i) ++count.at(m.path_of(fmt::format("sg-{}", i)).value());
+  CHECK(count == std::array<int, 2>{6, 3});
+  CHECK(m.placed_bytes() == std::vector<std::uint64_t>{6 * 4096, 3 * 4096});
+  for (int i = 9; i < 15; ++i) m.write(fmt::format("sg-{}", i), 0, data).get();  // pfs fills up at 5
+  CHECK(m.path<1>().used() == 5 * 4096);
+  CHECK(m.path<0>().used() == 10 * 4096);
+}
+
+TEST_CASE("bandwidth_proportional splits bytes in the ratio of the paths' bandwidths") {
+  strata::multipath<strata::bandwidth_proportional, strata::host_tier, strata::host_tier> m(
+      strata::bandwidth_proportional{}, host("fast", 3e9, 3e9), host("slow", 1e9, 1e9));
+  const auto data = random_bytes(4096, 1);
+  for (int i = 0; i < 40; ++i) m.write(fmt::format("sg-{}", i), 0, data).get();
+  const auto placed = m.placed_bytes();
+  CHECK(placed[0] == 30 * 4096);
+  CHECK(placed[1] == 10 * 4096);
+  const auto d = m.descriptor();
+  CHECK(d.read_bandwidth == 4e9);  // concurrent paths add up
+  CHECK(d.kind == strata::tier_kind::composite);
+}
+
+TEST_CASE("a multipath finds objects an earlier run left on its paths, and assign bypasses placement") {
+  temp_dir a, b;
+  const auto data = random_bytes(5000, 2);
+  {
+    strata::file_tier pb(file_opts(b.path(), strata::io_backend::automatic, strata::unlimited_capacity, "b"));
+    pb.write("old", 0, data).get();
+  }
+  strata::multipath<strata::fixed_ratio, strata::file_tier, strata::file_tier> m(
+      strata::fixed_ratio({1, 1}), file_opts(a.path(), strata::io_backend::automatic, strata::unlimited_capacity, "a"),
+      file_opts(b.path(), strata::io_backend::automatic, strata::unlimited_capacity, "b"));
+  CHECK(m.path_of("old") == 1u);
+  std::vector<std::byte> out(data.size());
+  m.read("old", 0, out).get();
+  CHECK(out == data);
+  m.assign("pinned", 1);
+  m.write("pinned", 0, data).get();
+  CHECK(m.path<1>().size("pinned") == data.size());
+  CHECK_THROWS_AS(m.assign("pinned", 0), strata::config_error);
+  CHECK_THROWS_AS(m.assign("x", 5), strata::config_error);
+  CHECK(m.remove("old"));
+  CHECK_FALSE(m.path_of("old").has_value());
+}
+
+TEST_CASE("any_tier erases owned and referenced tiers and can recover the concrete type") {
+  strata::host_tier outside(host("outside"));
+  auto r = strata::any_tier::ref(outside);
+  r.write("x", 0, random_bytes(10, 1)).get();
+  CHECK(outside.size("x") == 10u);
+  CHECK(r.target<strata::host_tier>() == &outside);
+  CHECK(r.target<strata::file_tier>() == nullptr);
+  auto owned = strata::any_tier::make<strata::host_tier>(host("owned"));
+  CHECK(owned.name() == "owned");
+  auto moved = std::move(owned);
+  moved.write("y", 0, random_bytes(5, 2)).get();
+  CHECK(moved.size("y") == 5u);
+  auto held = strata::any_tier(std::make_unique<strata::host_tier>(host("held")));
+  CHECK(held.descriptor().name == "held");
+}
