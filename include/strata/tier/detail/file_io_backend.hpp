@@ -215,13 +215,19 @@ class uring_engine final : public file_io_engine {
       const int rc = io_uring_wait_cqe(&ring_, &cqe);
       if (rc == -EINTR) continue;
       if (rc < 0) continue;  // transient (e.g. -EAGAIN); the ring stays usable
-      auto* op = static_cast<raw_io*>(io_uring_cqe_get_data(cqe));
-      const int res = cqe->res;
-      io_uring_cqe_seen(&ring_, cqe);
-      if (op == nullptr) {
+      raw_io* op = nullptr;
+      int res = 0;
+      {
+        // Submissions happen under this lock; taking it here makes the kernel's ordering of
+        // submission before completion visible to the C++ memory model (and ThreadSanitizer).
         std::lock_guard lock(mutex_);
-        if (stopping_) return;
-        continue;
+        op = static_cast<raw_io*>(io_uring_cqe_get_data(cqe));
+        res = cqe->res;
+        io_uring_cqe_seen(&ring_, cqe);
+        if (op == nullptr) {
+          if (stopping_) return;
+          continue;
+        }
       }
       // The callback runs outside the lock: it may submit the next step of its request.
       const bool finished = advance(*op, res);
