@@ -332,3 +332,42 @@ TEST_CASE("chunk size and backend come from STRATA_* variables, validated") {
   }
   ::unsetenv("STRATA_CHUNK_BYTES");
 }
+
+TEST_CASE("requests in registered buffers use io_uring fixed-buffer operations and round-trip") {
+  temp_dir dir;
+  strata::file_tier t(file_opts(dir.path(), strata::io_backend::uring, strata::unlimited_capacity));
+  strata::direct_io_buffer slot(4 * test_chunk);
+  const std::span<std::byte> slots[] = {slot.bytes()};
+  REQUIRE(t.register_buffers(slots));
+  const auto data = random_bytes(slot.size(), 77);
+  std::memcpy(slot.data(), data.data(), data.size());
+  t.write("fixed", 0, slot.bytes()).get();
+  std::memset(slot.data(), 0, slot.size());
+  t.read("fixed", 0, slot.bytes()).get();
+  CHECK(std::memcmp(slot.data(), data.data(), data.size()) == 0);
+  CHECK(t.fixed_operations() == 8);  // 4 chunks written, 4 read
+  std::vector<std::byte> elsewhere(data.size());
+  t.read("fixed", 0, elsewhere).get();  // memory outside the registration: ordinary operations
+  CHECK(elsewhere == data);
+  CHECK(t.fixed_operations() == 8);
+  CHECK(t.register_buffers({}));  // unregister
+
+  temp_dir pdir;
+  strata::file_tier p(file_opts(pdir.path(), strata::io_backend::posix, strata::unlimited_capacity));
+  CHECK_FALSE(p.register_buffers(slots));
+}
+
+TEST_CASE("a host tier with locked memory keeps it in RAM or says why it cannot") {
+  strata::host_tier_options o{.name = "locked", .capacity = strata::unlimited_capacity};
+  o.memory.lock = true;
+  strata::host_tier t(o);
+  CHECK(t.memory_kind() == strata::host_memory_kind::locked);
+  try {
+    t.write("x", 0, random_bytes(64 * 1024, 1)).get();
+    std::vector<std::byte> back(64 * 1024);
+    t.read("x", 0, back).get();
+    CHECK(back == random_bytes(64 * 1024, 1));
+  } catch (const strata::capacity_error& e) {  // RLIMIT_MEMLOCK too low here: a typed, explained error
+    CHECK(std::string(e.what()).find("RLIMIT_MEMLOCK") != std::string::npos);
+  }
+}

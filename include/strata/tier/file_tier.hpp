@@ -253,6 +253,15 @@ class file_tier {
     return {opts_.name, tier_kind::file, r, w, measured};
   }
 
+  /// Registers host buffers that requests will reuse (a pipeline's staging slots, say): with
+  /// io_uring the kernel then pins their pages once instead of on every operation, and
+  /// requests inside them use fixed-buffer operations. Replaces any earlier registration once
+  /// the tier is idle; an empty list unregisters. Returns false with the POSIX engine (nothing to
+  /// register). Throws io_error when the kernel refuses (e.g. RLIMIT_MEMLOCK).
+  bool register_buffers(std::span<const std::span<std::byte>> buffers) { return engine_->register_buffers(buffers); }
+  /// Operations that used a registered buffer so far.
+  [[nodiscard]] std::uint64_t fixed_operations() const noexcept { return engine_->fixed_operations(); }
+
   /// Whether O_DIRECT is in use (false after a fallback to buffered I/O).
   [[nodiscard]] bool direct_io() const noexcept { return direct_; }
   /// The engine in use: "io_uring" or "posix".

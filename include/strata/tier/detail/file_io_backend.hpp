@@ -6,6 +6,7 @@
 // submitting and one reaping thread.
 
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -15,7 +16,9 @@
 #include <cstdint>
 #include <condition_variable>
 #include <deque>
+#include <algorithm>
 #include <functional>
+#include <span>
 #include <vector>
 #include <memory>
 #include <mutex>
@@ -73,6 +76,10 @@ class file_io_engine {
   /// Starts `op`; its callback may run on this thread or on an engine thread.
   virtual void submit(std::unique_ptr<raw_io> op) = 0;
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+  /// Registers buffers that later operations reuse; false when the engine has no such notion.
+  virtual bool register_buffers(std::span<const std::span<std::byte>> /*buffers*/) { return false; }
+  /// Operations that used a registered buffer.
+  [[nodiscard]] virtual std::uint64_t fixed_operations() const noexcept { return 0; }
 
  protected:
   /// Applies one result (bytes or -errno) to `op`. Returns true when `op` is finished (its
@@ -128,7 +135,7 @@ class posix_engine final : public file_io_engine {
 /// operations in flight (the rest wait in a queue, so the completion ring never overflows).
 class uring_engine final : public file_io_engine {
  public:
-  uring_engine(unsigned depth, const std::string& name) : depth_(depth) {
+  uring_engine(unsigned depth, const std::string& name) : depth_(depth), name_(name) {
     if (const int rc = io_uring_queue_init(depth, &ring_, 0); rc < 0)
       throw io_error("io_uring_queue_init", name, -rc);
     reaper_ = std::thread([this, tn = name.substr(0, 8) + "-uring"] {
@@ -167,7 +174,44 @@ class uring_engine final : public file_io_engine {
   }
   [[nodiscard]] std::string_view name() const noexcept override { return "io_uring"; }
 
+  // The kernel pins registered buffers once, instead of on every operation. Replacing the table
+  // waits for the ring to go idle, so no operation in flight refers to a stale index.
+  bool register_buffers(std::span<const std::span<std::byte>> buffers) override {
+    std::unique_lock lock(mutex_);
+    idle_.wait(lock, [&] { return inflight_ == 0 && waiting_.empty(); });
+    if (!registered_.empty()) {
+      io_uring_unregister_buffers(&ring_);
+      registered_.clear();
+    }
+    if (buffers.empty()) return true;
+    std::vector<iovec> iov;
+    iov.reserve(buffers.size());
+    for (const auto& b : buffers) iov.push_back({b.data(), b.size()});
+    if (const int rc = io_uring_register_buffers(&ring_, iov.data(), static_cast<unsigned>(iov.size())); rc < 0)
+      throw io_error("io_uring_register_buffers", name_, -rc);
+    for (unsigned i = 0; i < buffers.size(); ++i)
+      registered_.push_back({buffers[i].data(), buffers[i].data() + buffers[i].size(), i});
+    std::sort(registered_.begin(), registered_.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    return true;
+  }
+  [[nodiscard]] std::uint64_t fixed_operations() const noexcept override { return fixed_ops_.load(); }
+
  private:
+  struct registered_buffer {
+    std::byte* begin;
+    std::byte* end;
+    unsigned index;
+  };
+
+  // Index of the registered buffer holding [p, p + n), or -1.
+  [[nodiscard]] int registered_index(const std::byte* p, std::size_t n) const noexcept {
+    auto it = std::upper_bound(registered_.begin(), registered_.end(), p,
+                               [](const std::byte* x, const registered_buffer& r) { return x < r.begin; });
+    if (it == registered_.begin()) return -1;
+    --it;
+    return (p >= it->begin && p + n <= it->end) ? static_cast<int>(it->index) : -1;
+  }
+
   io_uring_sqe* get_sqe_locked() {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     while (sqe == nullptr) {  // submission queue full: hand it to the kernel and retry
@@ -202,10 +246,19 @@ class uring_engine final : public file_io_engine {
     io_uring_sqe* sqe = get_sqe_locked();
     const std::size_t rest = op->len - op->done_bytes;
     const auto off = op->offset + op->done_bytes;
-    if (op->write)
-      io_uring_prep_write(sqe, op->fd, op->buf + op->done_bytes, static_cast<unsigned>(rest), off);
-    else
-      io_uring_prep_read(sqe, op->fd, op->buf + op->done_bytes, static_cast<unsigned>(rest), off);
+    std::byte* p = op->buf + op->done_bytes;
+    const auto n = static_cast<unsigned>(rest);
+    if (const int idx = registered_.empty() ? -1 : registered_index(p, rest); idx >= 0) {
+      fixed_ops_.fetch_add(1, std::memory_order_relaxed);
+      if (op->write)
+        io_uring_prep_write_fixed(sqe, op->fd, p, n, off, idx);
+      else
+        io_uring_prep_read_fixed(sqe, op->fd, p, n, off, idx);
+    } else if (op->write) {
+      io_uring_prep_write(sqe, op->fd, p, n, off);
+    } else {
+      io_uring_prep_read(sqe, op->fd, p, n, off);
+    }
     io_uring_sqe_set_data(sqe, op);
   }
 
@@ -261,7 +314,10 @@ class uring_engine final : public file_io_engine {
   }
 
   unsigned depth_;
+  std::string name_;
   io_uring ring_{};
+  std::vector<registered_buffer> registered_;
+  std::atomic<std::uint64_t> fixed_ops_{0};
   std::mutex mutex_;
   std::condition_variable idle_;
   unsigned inflight_ = 0;
