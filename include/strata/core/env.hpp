@@ -34,9 +34,11 @@ struct env_variable {
 };
 
 /// Every STRATA_* variable strata reads. Keep README's table in step with this list.
-inline constexpr std::array<env_variable, 1> env_variables{{
+inline constexpr std::array<env_variable, 2> env_variables{{
     {"STRATA_NUM_THREADS", "threads of the pools strata creates when none is given (1..1024)",
      "the number of online CPUs"},
+    {"STRATA_NODE_LIMITER_DIR", "directory of node_limiter files (absolute; node-local, with flock)",
+     "/dev/shm/strata-<uid>, else /tmp/strata-<uid>"},
 }};
 
 /// The raw value of a variable, or nullopt when unset or empty.
