@@ -63,6 +63,7 @@ class basic_token_bucket {
   /// The core, without sleeping: when may `bytes` requested at `now` go? Books them and returns
   /// the start time if it is no later than `latest`; otherwise books nothing and returns nullopt.
   [[nodiscard]] std::optional<time_point> reserve(std::uint64_t bytes, time_point now, time_point latest) {
+    if (bytes == 0) return now;  // nothing to send waits for nobody
     std::lock_guard lock(mutex_);
     refill(now);
     now = std::max(now, last_);  // a caller that read the clock before another one booked
