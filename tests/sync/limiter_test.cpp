@@ -158,7 +158,7 @@ TEST_CASE("threads using separate node_limiter objects of one name exclude each 
   CHECK(most.load() <= 2);
 }
 
-TEST_CASE("a node_limiter object shares its permits with no thread twice: one thread's permit blocks another's") {
+TEST_CASE("a permit held by one thread blocks another thread of the same process using the same node_limiter") {
   strata_test::temp_dir dir;
   strata::node_limiter l("io", 1, dir.path());
   l.acquire();
