@@ -16,7 +16,21 @@
 #include "strata/core/trace.hpp"
 #include "strata/core/units.hpp"
 
+#include "strata/policy/belady.hpp"
+#include "strata/policy/cache_index.hpp"
+#include "strata/policy/eviction_policy.hpp"
+#include "strata/policy/fifo.hpp"
+#include "strata/policy/lru.hpp"
 #include "strata/policy/placement.hpp"
+#include "strata/policy/sweep_aware.hpp"
+#include "strata/policy/update_order.hpp"
+
+#include "strata/sync/counting_limiter.hpp"
+#include "strata/sync/limiter.hpp"
+#include "strata/sync/node_limiter.hpp"
+#include "strata/sync/rate_limiter.hpp"
+#include "strata/sync/rw_limiter.hpp"
+#include "strata/sync/token_bucket.hpp"
 
 #include "strata/tier/adaptor_base.hpp"
 #include "strata/tier/any_tier.hpp"

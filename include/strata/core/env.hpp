@@ -34,7 +34,7 @@ struct env_variable {
 };
 
 /// Every STRATA_* variable strata reads. Keep README's table in step with this list.
-inline constexpr std::array<env_variable, 6> env_variables{{
+inline constexpr std::array<env_variable, 7> env_variables{{
     {"STRATA_NUM_THREADS", "threads of the pools strata creates when none is given (1..1024)",
      "the number of online CPUs"},
     {"STRATA_IO_BACKEND", "file_tier engine: auto, uring or posix", "auto (io_uring when available)"},
@@ -42,6 +42,8 @@ inline constexpr std::array<env_variable, 6> env_variables{{
     {"STRATA_CHUNK_BYTES", "file_tier request split size, a multiple of 4096 (e.g. 8MiB)", "8MiB"},
     {"STRATA_QUEUE_DEPTH", "file_tier io_uring operations in flight (1..4096)", "32"},
     {"STRATA_IO_THREADS", "file_tier POSIX engine threads (1..256)", "4"},
+    {"STRATA_NODE_LIMITER_DIR", "directory of node_limiter files (absolute; node-local, with flock)",
+     "/dev/shm/strata-<uid>, else /tmp/strata-<uid>"},
 }};
 
 /// The raw value of a variable, or nullopt when unset or empty.

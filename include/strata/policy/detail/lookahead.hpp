@@ -1,0 +1,91 @@
+#pragma once
+/// Belady's rule over a two-step horizon, shared by `sweep_aware` and `belady`: rank each resident
+/// entry by when it is used next (later in this step's walk, else at its place in the next step's
+/// order, else never) and evict the one used furthest ahead. Entries never used again tie and go
+/// least recently used first. Update orders are permutations, so every subgroup appears in each
+/// step and a two-step horizon already sees every entry's next use.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/policy/detail/ranked_entries.hpp"
+
+namespace strata::detail {
+
+class lookahead {
+ public:
+  /// `reverse_next`: assume the next step walks this step's order backwards (sweep_aware) instead
+  /// of reading it from the `next` order given (belady).
+  lookahead(const char* policy, bool reverse_next) noexcept : entries_(policy), reverse_next_(reverse_next) {}
+
+  void on_step_begin(std::span<const std::size_t> order, std::span<const std::size_t> next) {
+    std::unordered_map<std::size_t, std::size_t> cur;
+    std::unordered_map<std::size_t, std::size_t> nxt;
+    index(order, cur, "the step's order");
+    if (!reverse_next_) index(next, nxt, "the next step's order");
+    current_ = std::move(cur);
+    next_ = std::move(nxt);
+    steps_length_ = order.size();
+    visited_.clear();
+    entries_.rerank_all([&](std::size_t id, rank old) { return rank{urgency(id), old.tiebreak}; });
+  }
+
+  void on_insert(std::size_t id) { entries_.insert(id, {urgency(id), ++clock_}); }
+
+  void on_access(std::size_t id) {
+    STRATA_EXPECTS(entries_.contains(id), config_error, "{}: access of subgroup {}, which is not cached",
+                   entries_.policy(), id);
+    visited_.insert(id);
+    entries_.rerank(id, {urgency(id), ++clock_});
+  }
+
+  void on_erase(std::size_t id) noexcept { entries_.erase(id); }
+  void pin(std::size_t id) { entries_.pin(id); }
+  void unpin(std::size_t id) noexcept { entries_.unpin(id); }
+  [[nodiscard]] std::optional<std::size_t> victim() const noexcept { return entries_.smallest(); }
+  [[nodiscard]] bool contains(std::size_t id) const { return entries_.contains(id); }
+  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+
+ private:
+  static constexpr std::uint64_t never = std::numeric_limits<std::uint64_t>::max();
+
+  void index(std::span<const std::size_t> order, std::unordered_map<std::size_t, std::size_t>& pos,
+             const char* what) const {
+    pos.reserve(order.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      STRATA_EXPECTS(pos.emplace(order[i], i).second, config_error, "{}: subgroup {} appears twice in {}",
+                     entries_.policy(), order[i], what);
+  }
+
+  /// Index of the next use of `id` in the two-step horizon, or `never`.
+  [[nodiscard]] std::uint64_t next_use(std::size_t id) const {
+    const auto c = current_.find(id);
+    if (c != current_.end() && !visited_.contains(id)) return c->second;
+    if (reverse_next_) {
+      if (c == current_.end()) return never;
+      return steps_length_ + (steps_length_ - 1 - c->second);
+    }
+    const auto n = next_.find(id);
+    return n == next_.end() ? never : steps_length_ + n->second;
+  }
+
+  /// Ranks sort ascending and the smallest goes first, so the furthest use gets the smallest rank.
+  [[nodiscard]] std::uint64_t urgency(std::size_t id) const { return never - next_use(id); }
+
+  ranked_entries entries_;
+  bool reverse_next_;
+  std::unordered_map<std::size_t, std::size_t> current_;
+  std::unordered_map<std::size_t, std::size_t> next_;
+  std::unordered_set<std::size_t> visited_;
+  std::size_t steps_length_ = 0;
+  std::uint64_t clock_ = 0;
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,356 @@
+#pragma once
+/// `node_limiter`: a limiter shared by every process on a node that names it (for example all
+/// ranks that do I/O over one PFS link), which survives the death of a holder.
+///
+/// How it works. The limiter named N lives in the directory <dir>/N (dir: the constructor's
+/// argument, else default_node_limiter_dir()). Its file `queue.lock` holds the cap and a ticket
+/// counter, read and written only under flock(queue.lock). Each acquire takes the next ticket T
+/// and creates the file t-T, which it keeps flock()ed (exclusively) for as long as it waits or
+/// holds. T holds a permit once fewer than `permits` live tickets older than T remain; waiters
+/// re-check with a backoff of 50 us to 1 ms. A ticket is live while its file is locked: the kernel
+/// drops the lock when the process dies, however it dies (SIGKILL included), and the next check
+/// deletes the dead ticket, so a dead holder or waiter never blocks the others. Strict ticket
+/// order makes it fair: a process that releases and asks again queues behind everyone waiting.
+///
+/// Threads. flock() locks belong to open file descriptions, not to processes (fcntl locks would
+/// be shared by all threads of a process and could not tell them apart), and every acquire opens
+/// its own ticket file, so threads of one process queue and exclude each other exactly like
+/// processes do, through one node_limiter object or several with the same name. One object may
+/// be shared by threads. release() gives back the oldest permit this object holds.
+///
+/// Limits. The directory must be on a node-local file system with flock (tmpfs, ext4, xfs; not
+/// NFS, where flock becomes a per-process fcntl lock). Do not delete it while processes use it.
+/// A child made by fork() without exec shares its parent's descriptors, and so its permits.
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "strata/core/env.hpp"
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/core/fs.hpp"
+#include "strata/sync/limiter.hpp"
+
+namespace strata {
+
+/// Where node limiters keep their files when no directory is given: $STRATA_NODE_LIMITER_DIR
+/// (an absolute path), else /dev/shm/strata-<uid> (tmpfs: nothing touches a disk), else
+/// /tmp/strata-<uid>. Per user, so that two users' jobs on one node never trip over each other's
+/// file permissions.
+[[nodiscard]] inline std::filesystem::path default_node_limiter_dir() {
+  if (auto v = env_raw("STRATA_NODE_LIMITER_DIR")) {
+    if (!std::filesystem::path(*v).is_absolute())
+      detail::bad_env("STRATA_NODE_LIMITER_DIR", *v, "must be an absolute path (every process must see the same one)");
+    return *v;
+  }
+  const auto user = fmt::format("strata-{}", ::getuid());
+  std::error_code ec;
+  if (std::filesystem::is_directory("/dev/shm", ec)) return std::filesystem::path("/dev/shm") / user;
+  return std::filesystem::path("/tmp") / user;
+}
+
+class node_limiter {
+ public:
+  /// Opens (creating when needed) the limiter `name` with `permits` holders at most, in
+  /// `directory` (empty: default_node_limiter_dir()). `name` is a file name: letters, digits,
+  /// '.', '_' and '-', not starting with '.'. Every process must give the same `permits`; a
+  /// different value is a config_error while any process is queued or holding, and replaces the
+  /// old one otherwise.
+  node_limiter(std::string name, std::size_t permits, std::filesystem::path directory = {})
+      : name_(std::move(name)), permits_(permits) {
+    check_name(name_);
+    STRATA_EXPECTS(permits >= 1 && permits <= max_permits, config_error,
+                   "node_limiter '{}': permits must be in [1, {}], got {}", name_, max_permits, permits);
+    if (directory.empty()) directory = default_node_limiter_dir();
+    dir_ = directory / name_;
+    make_directory(directory);
+    make_directory(dir_);
+    lock_path_ = dir_ / "queue.lock";
+    lock_fd_ = open_file(lock_path_, O_RDWR | O_CREAT, 0644);
+    std::lock_guard self(mutex_);
+    queue_lock q(*this);
+    (void)read_header();  // checks the cap against the other processes'
+  }
+
+  node_limiter(const node_limiter&) = delete;
+  node_limiter& operator=(const node_limiter&) = delete;
+
+  /// Gives back every permit this object still holds.
+  ~node_limiter() {
+    while (!held_.empty()) release();
+  }
+
+  void acquire() { (void)acquire_until(std::nullopt); }
+
+  [[nodiscard]] bool try_acquire() {
+    return acquire_until(std::chrono::steady_clock::now() - std::chrono::seconds(1));
+  }
+
+  template <class Rep, class Period>
+  [[nodiscard]] bool try_acquire_for(std::chrono::duration<Rep, Period> timeout) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto room = std::chrono::steady_clock::time_point::max() - now;
+    if (std::chrono::duration<double>(timeout) >= std::chrono::duration<double>(room)) return acquire_until(std::nullopt);
+    return acquire_until(now + std::chrono::ceil<std::chrono::steady_clock::duration>(timeout));
+  }
+
+  /// Gives back the oldest permit this object holds (unlinks its ticket, then closes it, which
+  /// drops the lock). Releasing more than was acquired is a bug and aborts.
+  void release() noexcept {
+    ticket t;
+    {
+      std::lock_guard self(mutex_);
+      STRATA_ASSERT(!held_.empty());
+      t = std::move(held_.front());
+      held_.pop_front();
+    }
+    withdraw(t);
+  }
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] std::size_t permits() const noexcept { return permits_; }
+  /// The directory of this limiter's files (<dir>/<name>).
+  [[nodiscard]] const std::filesystem::path& directory() const noexcept { return dir_; }
+  /// Permits this object holds now.
+  [[nodiscard]] std::size_t held() const {
+    std::lock_guard self(mutex_);
+    return held_.size();
+  }
+
+ private:
+  static constexpr std::size_t max_permits = 1U << 16;
+
+  struct ticket {
+    std::uint64_t number = 0;
+    unique_fd fd;
+    std::string path;
+  };
+
+  /// flock(queue.lock) for one short critical section; the caller holds mutex_, because the
+  /// lock belongs to the descriptor that all threads using this object share.
+  class queue_lock {
+   public:
+    explicit queue_lock(node_limiter& l) : l_(l) {
+      while (::flock(l_.lock_fd_.get(), LOCK_EX) != 0)
+        if (errno != EINTR) throw io_error("flock", l_.lock_path_, errno);
+    }
+    ~queue_lock() { ::flock(l_.lock_fd_.get(), LOCK_UN); }
+    queue_lock(const queue_lock&) = delete;
+    queue_lock& operator=(const queue_lock&) = delete;
+
+   private:
+    node_limiter& l_;
+  };
+
+  struct header {
+    std::uint64_t permits = 0;
+    std::uint64_t next_ticket = 0;
+  };
+
+  static void check_name(const std::string& name) {
+    const bool ok = !name.empty() && name.size() <= 200 && name.front() != '.' &&
+                    std::all_of(name.begin(), name.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                             c == '.' || c == '_' || c == '-';
+                    });
+    STRATA_EXPECTS(ok, config_error,
+                   "node_limiter: invalid name \"{}\": use 1 to 200 letters, digits, '.', '_' or '-', not "
+                   "starting with '.'",
+                   name);
+  }
+
+  static void make_directory(const std::filesystem::path& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw io_error("mkdir", dir, ec.value());
+    if (!std::filesystem::is_directory(dir, ec)) throw io_error("mkdir", dir, ENOTDIR);
+  }
+
+  // Under queue_lock. Reads the header and reconciles the cap.
+  header read_header() {
+    std::array<std::uint64_t, 2> raw{};
+    ssize_t n;
+    do n = ::pread(lock_fd_.get(), raw.data(), sizeof raw, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) throw io_error("pread", lock_path_, 0, errno);
+    header h;
+    if (static_cast<std::size_t>(n) == sizeof raw) h = {raw[0], raw[1]};
+    if (h.permits != permits_) {
+      if (h.permits != 0 && live_tickets_below(std::numeric_limits<std::uint64_t>::max(), 1) > 0)
+        throw config_error(fmt::format("node_limiter '{}': this process asks for {} permits but the processes "
+                                       "using {} now have {}",
+                                       name_, permits_, dir_.string(), h.permits));
+      h.permits = permits_;
+      write_header(h);
+    }
+    return h;
+  }
+
+  void write_header(const header& h) {
+    const std::array<std::uint64_t, 2> raw{h.permits, h.next_ticket};
+    ssize_t n;
+    do n = ::pwrite(lock_fd_.get(), raw.data(), sizeof raw, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) throw io_error("pwrite", lock_path_, 0, errno);
+    if (static_cast<std::size_t>(n) != sizeof raw) throw io_error("pwrite", lock_path_, 0, EIO);
+  }
+
+  [[nodiscard]] std::string ticket_path(std::uint64_t number) const {
+    return (dir_ / fmt::format("t-{:020}", number)).string();
+  }
+
+  // Under queue_lock: the ticket file is created and locked before any other process can scan,
+  // so a scan never mistakes a ticket being born for a dead one.
+  ticket take_ticket() {
+    header h = read_header();
+    for (;;) {
+      ticket t;
+      t.number = h.next_ticket++;
+      t.path = ticket_path(t.number);
+      write_header(h);  // first, so that a crash below leaves a gap, never a reused number
+      const int fd = ::open(t.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        if (errno == EEXIST || errno == EINTR) continue;  // a stray file: take the next number
+        throw io_error("open", t.path, errno);
+      }
+      t.fd.reset(fd);
+      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int err = errno;
+        ::unlink(t.path.c_str());
+        throw io_error("flock", t.path, err);
+      }
+      return t;
+    }
+  }
+
+  // Under queue_lock: live tickets numbered below `number`, counting up to `enough`; deletes the
+  // dead ones it meets.
+  std::size_t live_tickets_below(std::uint64_t number, std::size_t enough) {
+    DIR* d = ::opendir(dir_.c_str());
+    if (d == nullptr) throw io_error("opendir", dir_, errno);
+    struct closer {
+      DIR* d;
+      ~closer() { ::closedir(d); }
+    } close_dir{d};
+    std::size_t live = 0;
+    for (;;) {
+      errno = 0;
+      const dirent* e = ::readdir(d);
+      if (e == nullptr) {
+        if (errno != 0) throw io_error("readdir", dir_, errno);
+        return live;
+      }
+      const std::string_view file(e->d_name);
+      if (!file.starts_with("t-")) continue;
+      std::uint64_t other = 0;
+      const auto [ptr, ec] = std::from_chars(file.data() + 2, file.data() + file.size(), other);
+      if (ec != std::errc{} || ptr != file.data() + file.size() || other >= number) continue;
+      const auto path = dir_ / file;
+      const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd < 0) {
+        if (errno == ENOENT) continue;  // released meanwhile
+        throw io_error("open", path, errno);
+      }
+      unique_fd other_fd(fd);
+      int rc;
+      do rc = ::flock(fd, LOCK_EX | LOCK_NB);
+      while (rc != 0 && errno == EINTR);
+      if (rc != 0) {
+        if (errno != EWOULDBLOCK) throw io_error("flock", path, errno);
+        if (++live >= enough) return live;
+        continue;
+      }
+      // Unlocked: its owner released it or died. Names are never reused, so this cannot delete
+      // a newer ticket.
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw io_error("unlink", path, errno);
+    }
+  }
+
+  static void withdraw(ticket& t) noexcept {
+    ::unlink(t.path.c_str());  // before the lock drops, so nobody sees it unlocked and alive
+    t.fd.reset();
+  }
+
+  bool acquire_until(std::optional<std::chrono::steady_clock::time_point> deadline) {
+    ticket t;
+    bool granted = false;
+    {
+      std::lock_guard self(mutex_);
+      queue_lock q(*this);
+      t = take_ticket();
+      try {
+        granted = live_tickets_below(t.number, permits_) < permits_;
+      } catch (...) {
+        withdraw(t);
+        throw;
+      }
+      if (granted) {
+        held_.push_back(std::move(t));
+        return true;
+      }
+    }
+    auto backoff = std::chrono::microseconds(50);
+    try {
+      for (;;) {
+        auto pause = backoff;
+        if (deadline) {
+          const auto now = std::chrono::steady_clock::now();
+          if (now >= *deadline) {
+            withdraw(t);
+            return false;
+          }
+          pause = std::min(pause, std::chrono::ceil<std::chrono::microseconds>(*deadline - now));
+        }
+        std::this_thread::sleep_for(pause);
+        backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
+        std::lock_guard self(mutex_);
+        {
+          queue_lock q(*this);
+          granted = live_tickets_below(t.number, permits_) < permits_;
+        }
+        if (granted) {
+          held_.push_back(std::move(t));
+          return true;
+        }
+      }
+    } catch (...) {
+      withdraw(t);
+      throw;
+    }
+  }
+
+  std::string name_;
+  std::size_t permits_;
+  std::filesystem::path dir_;
+  std::filesystem::path lock_path_;
+  unique_fd lock_fd_;
+  mutable std::mutex mutex_;  // guards held_ and this object's use of queue.lock
+  std::deque<ticket> held_;
+};
+
+static_assert(limiter<node_limiter>);
+
+}  // namespace strata

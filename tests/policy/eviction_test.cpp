@@ -1,0 +1,338 @@
+// Eviction policies: one typed suite over every model, then the hit counts each one is for.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "strata/policy/belady.hpp"
+#include "strata/policy/cache_index.hpp"
+#include "strata/policy/fifo.hpp"
+#include "strata/policy/lru.hpp"
+#include "strata/policy/sweep_aware.hpp"
+#include "strata/policy/update_order.hpp"
+
+namespace {
+
+using ids = std::vector<std::size_t>;
+
+// Runs `steps` steps of `order` over n subgroups through a cache of k slots; hits per step.
+template <class P, class O>
+std::vector<std::uint64_t> hits_per_step(const O& order, std::size_t n, std::size_t k, std::uint64_t steps) {
+  strata::cache_index<P> cache(k);
+  std::vector<std::uint64_t> hits;
+  for (std::uint64_t s = 0; s < steps; ++s) {
+    const auto cur = strata::order_of(order, s, n);
+    const auto next = strata::order_of(order, s + 1, n);
+    cache.begin_step(cur, next);
+    const auto before = cache.hits();
+    for (auto id : cur) {
+      cache.access(id);
+      CHECK(cache.size() <= k);
+    }
+    hits.push_back(cache.hits() - before);
+  }
+  return hits;
+}
+
+// The most hits any demand-paging cache of k slots can get on `seq` (exhaustive search).
+std::uint64_t optimal_hits(const ids& seq, std::size_t k) {
+  std::map<std::set<std::size_t>, std::uint64_t> states{{{}, 0}};  // cache contents -> best hits so far
+  for (auto id : seq) {
+    std::map<std::set<std::size_t>, std::uint64_t> next;
+    auto keep = [&](const std::set<std::size_t>& c, std::uint64_t h) {
+      auto& best = next[c];
+      best = std::max(best, h);
+    };
+    for (const auto& [c, h] : states) {
+      if (c.contains(id)) {
+        keep(c, h + 1);
+      } else if (c.size() < k) {
+        auto d = c;
+        d.insert(id);
+        keep(d, h);
+      } else {
+        for (auto out : c) {
+          auto d = c;
+          d.erase(out);
+          d.insert(id);
+          keep(d, h);
+        }
+      }
+    }
+    states = std::move(next);
+  }
+  std::uint64_t best = 0;
+  for (const auto& [c, h] : states) best = std::max(best, h);
+  return best;
+}
+
+}  // namespace
+
+#define STRATA_EVICTION_POLICIES strata::lru, strata::fifo, strata::sweep_aware, strata::belady
+
+TEST_CASE_TEMPLATE("no victim while nothing is cached or everything cached is pinned", P, STRATA_EVICTION_POLICIES) {
+  P p;
+  CHECK_FALSE(p.victim().has_value());
+  for (std::size_t id : {3, 1, 2}) p.on_insert(id);
+  CHECK(p.size() == 3);
+  for (std::size_t id : {3, 1, 2}) p.pin(id);
+  CHECK_FALSE(p.victim().has_value());
+  p.unpin(1);
+  CHECK(p.victim() == std::optional<std::size_t>(1));
+}
+
+TEST_CASE_TEMPLATE("a pinned subgroup is never the victim, and is eligible again once unpinned", P,
+                   STRATA_EVICTION_POLICIES) {
+  P p;
+  for (std::size_t id = 0; id < 4; ++id) p.on_insert(id);
+  const auto first = p.victim();
+  REQUIRE(first.has_value());
+  p.pin(*first);
+  p.pin(*first);  // pins nest: two transfers use it
+  const auto second = p.victim();
+  REQUIRE(second.has_value());
+  CHECK(*second != *first);
+  p.unpin(*first);
+  CHECK(p.victim() != first);  // still pinned once
+  p.unpin(*first);
+  CHECK(p.victim() == first);  // its rank survived the pin
+}
+
+TEST_CASE_TEMPLATE("the victim is always a cached, unpinned subgroup (random operations)", P,
+                   STRATA_EVICTION_POLICIES) {
+  std::mt19937_64 rng(42);
+  P p;
+  std::set<std::size_t> cached;
+  std::map<std::size_t, int> pins;
+  ids order(64);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  for (int op = 0; op < 20000; ++op) {
+    const std::size_t id = rng() % 64;
+    switch (rng() % 7) {
+      case 0:
+        if (!cached.contains(id)) {
+          p.on_insert(id);
+          cached.insert(id);
+        }
+        break;
+      case 1:
+        if (cached.contains(id)) p.on_access(id);
+        break;
+      case 2:
+        if (cached.contains(id)) {
+          p.pin(id);
+          ++pins[id];
+        }
+        break;
+      case 3:
+        if (pins[id] > 0) {
+          p.unpin(id);
+          --pins[id];
+        }
+        break;
+      case 4:
+        if (cached.contains(id) && pins[id] == 0) {
+          p.on_erase(id);
+          cached.erase(id);
+        }
+        break;
+      case 5:
+        if (auto v = p.victim()) {
+          p.on_erase(*v);
+          cached.erase(*v);
+        }
+        break;
+      default:
+        if (rng() % 50 == 0) {
+          std::shuffle(order.begin(), order.end(), rng);
+          auto next = order;
+          std::shuffle(next.begin(), next.end(), rng);
+          p.on_step_begin(order, next);
+        }
+        break;
+    }
+    REQUIRE(p.size() == cached.size());
+    const auto v = p.victim();
+    const bool any_unpinned = std::any_of(cached.begin(), cached.end(), [&](auto c) { return pins[c] == 0; });
+    REQUIRE(v.has_value() == any_unpinned);
+    if (v) {
+      REQUIRE(cached.contains(*v));
+      REQUIRE(pins[*v] == 0);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("misuse is a config_error that names the subgroup", P, STRATA_EVICTION_POLICIES) {
+  P p;
+  p.on_insert(7);
+  CHECK_THROWS_AS(p.on_insert(7), strata::config_error);
+  CHECK_THROWS_WITH(p.on_insert(7), doctest::Contains("subgroup 7 is already cached"));
+  CHECK_THROWS_WITH_AS(p.on_access(8), doctest::Contains("subgroup 8"), strata::config_error);
+  CHECK_THROWS_WITH_AS(p.pin(9), doctest::Contains("subgroup 9"), strata::config_error);
+  const ids twice{1, 2, 1};
+  if constexpr (std::is_same_v<P, strata::sweep_aware> || std::is_same_v<P, strata::belady>)
+    CHECK_THROWS_WITH_AS(p.on_step_begin(twice, {}), doctest::Contains("subgroup 1 appears twice"),
+                         strata::config_error);
+  CHECK(p.contains(7));  // a rejected call changed nothing
+  CHECK(p.size() == 1);
+}
+
+TEST_CASE_TEMPLATE("an erased subgroup is forgotten, pinned or not", P, STRATA_EVICTION_POLICIES) {
+  P p;
+  p.on_insert(1);
+  p.on_insert(2);
+  p.pin(2);
+  p.on_erase(2);
+  p.on_erase(1);
+  p.on_erase(5);  // not cached: nothing happens
+  CHECK(p.size() == 0);
+  CHECK_FALSE(p.contains(2));
+  CHECK_FALSE(p.victim().has_value());
+  p.on_insert(2);  // may come back
+  CHECK(p.victim() == std::optional<std::size_t>(2));
+}
+
+TEST_CASE_TEMPLATE("with an alternating order the cache hits exactly K subgroups per step after the first", P,
+                   strata::lru, strata::sweep_aware, strata::belady) {
+  for (auto [n, k] : {std::pair<std::size_t, std::size_t>{10, 3}, {16, 1}, {100, 25}, {7, 6}}) {
+    CAPTURE(n);
+    CAPTURE(k);
+    const auto hits = hits_per_step<P>(strata::alternating{}, n, k, 6);
+    CHECK(hits[0] == 0);
+    for (std::size_t s = 1; s < hits.size(); ++s) CHECK(hits[s] == k);
+  }
+}
+
+TEST_CASE_TEMPLATE("a cache as large as the step hits everything after the first step", P,
+                   STRATA_EVICTION_POLICIES) {
+  const auto hits = hits_per_step<P>(strata::sequential{}, 8, 8, 3);
+  CHECK(hits == std::vector<std::uint64_t>{0, 8, 8});
+}
+
+TEST_CASE_TEMPLATE("cache_index refuses a miss when every cached subgroup is pinned", P, STRATA_EVICTION_POLICIES) {
+  strata::cache_index<P> cache(2);
+  cache.access(0);
+  cache.access(1);
+  cache.pin(0);
+  cache.pin(1);
+  CHECK_THROWS_WITH_AS(cache.access(2), doctest::Contains("no slot for subgroup 2"), strata::capacity_error);
+  CHECK(cache.contains(0));
+  CHECK(cache.contains(1));
+  cache.unpin(1);
+  const auto r = cache.access(2);
+  CHECK_FALSE(r.hit);
+  CHECK(r.evicted == std::optional<std::size_t>(1));
+  CHECK(cache.hits() == 0);
+  CHECK(cache.misses() == 3);
+}
+
+TEST_CASE("with an alternating order fifo hits K per step only while K is at most half the subgroups") {
+  // fifo keeps the last K inserted, whatever was hit since: once K > N/2, a reverse step's few
+  // misses leave the hit subgroups first in line, and the forward step after it loses them.
+  CHECK(hits_per_step<strata::fifo>(strata::alternating{}, 10, 5, 4) == std::vector<std::uint64_t>{0, 5, 5, 5});
+  CHECK(hits_per_step<strata::fifo>(strata::alternating{}, 7, 6, 4) == std::vector<std::uint64_t>{0, 6, 1, 6});
+  CHECK(hits_per_step<strata::lru>(strata::alternating{}, 7, 6, 4) == std::vector<std::uint64_t>{0, 6, 6, 6});
+}
+
+TEST_CASE("with a sequential order larger than the cache lru and fifo get no hits at all") {
+  CHECK(hits_per_step<strata::lru>(strata::sequential{}, 10, 3, 5) == std::vector<std::uint64_t>(5, 0));
+  CHECK(hits_per_step<strata::fifo>(strata::sequential{}, 10, 3, 5) == std::vector<std::uint64_t>(5, 0));
+  // The future-aware policies keep something even here.
+  const auto b = hits_per_step<strata::belady>(strata::sequential{}, 10, 3, 5);
+  for (std::size_t s = 1; s < b.size(); ++s) CHECK(b[s] >= 2);
+}
+
+TEST_CASE("belady gets the optimum that exhaustive search finds, and never less than another policy") {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::size_t n = 3 + rng() % 4;  // 3..6 subgroups
+    const std::size_t k = 1 + rng() % (n - 1);
+    std::vector<ids> perms;
+    for (int s = 0; s < 4; ++s) {
+      ids p(n);
+      std::iota(p.begin(), p.end(), std::size_t{0});
+      std::shuffle(p.begin(), p.end(), rng);
+      perms.push_back(p);
+    }
+    const strata::custom_order order(perms);
+    ids seq;
+    for (std::uint64_t s = 0; s < 3; ++s)
+      for (auto id : strata::order_of(order, s, n)) seq.push_back(id);
+    auto total = [](const std::vector<std::uint64_t>& h) { return std::accumulate(h.begin(), h.end(), std::uint64_t{0}); };
+    const auto best = optimal_hits(seq, k);
+    CAPTURE(trial);
+    CHECK(total(hits_per_step<strata::belady>(order, n, k, 3)) == best);
+    CHECK(total(hits_per_step<strata::lru>(order, n, k, 3)) <= best);
+    CHECK(total(hits_per_step<strata::fifo>(order, n, k, 3)) <= best);
+    CHECK(total(hits_per_step<strata::sweep_aware>(order, n, k, 3)) <= best);
+  }
+}
+
+// The walk prefetches `depth` subgroups ahead (admit without use); returns the loads (misses of
+// admit or access) of step 1 of an alternating order, after a first step that filled the cache.
+template <class P>
+std::uint64_t loads_with_prefetch(std::size_t n, std::size_t k, std::size_t depth) {
+  strata::cache_index<P> cache(k);
+  std::uint64_t loads = 0;
+  for (std::uint64_t s = 0; s < 2; ++s) {
+    const auto cur = strata::order_of(strata::alternating{}, s, n);
+    cache.begin_step(cur, strata::order_of(strata::alternating{}, s + 1, n));
+    loads = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t j = i + 1; j <= i + depth && j < n; ++j)
+        if (!cache.admit(cur[j]).hit) ++loads;
+      if (!cache.access(cur[i]).hit) ++loads;
+    }
+  }
+  return loads;
+}
+
+TEST_CASE("sweep_aware never drops a prefetched subgroup before its update; lru does and reads it twice") {
+  // 12 subgroups, 4 slots, prefetch 2 ahead: step 1 can keep 4 from step 0, so 8 loads at best.
+  CHECK(loads_with_prefetch<strata::sweep_aware>(12, 4, 2) == 8);
+  CHECK(loads_with_prefetch<strata::belady>(12, 4, 2) == 8);
+  CHECK(loads_with_prefetch<strata::lru>(12, 4, 2) > 8);
+}
+
+TEST_CASE("an access outside the walk does not make sweep_aware keep what the next step needs last") {
+  // Step 0 walks 0..9 with 4 slots and ends holding 6..9. A checkpoint then re-reads 6 and
+  // reads 0: lru keeps 6 (recently read) and drops 7, which step 1 (9..0) needs third, then
+  // drops 0 and 6 before their turn. sweep_aware drops 6 (updated first among 6..9) and keeps 0
+  // through step 1, whose last subgroup it is: 9, 8, 7 and 0 hit, as many as belady gets.
+  auto run = [](auto cache) {
+    const auto o0 = strata::order_of(strata::alternating{}, 0, 10);
+    const auto o1 = strata::order_of(strata::alternating{}, 1, 10);
+    cache.begin_step(o0, o1);
+    for (auto id : o0) cache.access(id);
+    cache.access(6);
+    cache.access(0);
+    cache.begin_step(o1, strata::order_of(strata::alternating{}, 2, 10));
+    const auto before = cache.hits();
+    for (auto id : o1) cache.access(id);
+    return cache.hits() - before;
+  };
+  CHECK(run(strata::cache_index<strata::sweep_aware>(4)) == 4);
+  CHECK(run(strata::cache_index<strata::belady>(4)) == 4);
+  CHECK(run(strata::cache_index<strata::lru>(4)) == 2);
+}
+
+TEST_CASE("before any step sweep_aware and belady evict the least recently used") {
+  strata::sweep_aware s;
+  strata::belady b;
+  for (std::size_t id : {5, 6, 7}) {
+    s.on_insert(id);
+    b.on_insert(id);
+  }
+  s.on_access(5);
+  b.on_access(5);
+  CHECK(s.victim() == std::optional<std::size_t>(6));
+  CHECK(b.victim() == std::optional<std::size_t>(6));
+}

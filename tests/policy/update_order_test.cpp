@@ -1,0 +1,64 @@
+// Update orders: what each model walks, and custom_order's validation.
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "strata/policy/update_order.hpp"
+
+using ids = std::vector<std::size_t>;
+
+TEST_CASE("sequential walks 0..n-1 every step") {
+  for (std::uint64_t s : {0U, 1U, 2U, 1001U}) CHECK(strata::order_of(strata::sequential{}, s, 4) == ids{0, 1, 2, 3});
+  CHECK(strata::order_of(strata::sequential{}, 0, 0).empty());
+}
+
+TEST_CASE("alternating walks forward on even steps and backward on odd ones") {
+  const strata::alternating a;
+  CHECK(strata::order_of(a, 0, 4) == ids{0, 1, 2, 3});
+  CHECK(strata::order_of(a, 1, 4) == ids{3, 2, 1, 0});
+  CHECK(strata::order_of(a, 2, 4) == ids{0, 1, 2, 3});
+  CHECK(strata::order_of(a, 7, 3) == ids{2, 1, 0});
+  CHECK(strata::order_of(a, 1, 1) == ids{0});
+}
+
+TEST_CASE("custom_order uses its permutations in turn") {
+  const strata::custom_order c({{2, 0, 1}, {1, 2, 0}});
+  CHECK(strata::order_of(c, 0, 3) == ids{2, 0, 1});
+  CHECK(strata::order_of(c, 1, 3) == ids{1, 2, 0});
+  CHECK(strata::order_of(c, 2, 3) == ids{2, 0, 1});
+  CHECK(strata::order_of(c, 5, 3) == ids{1, 2, 0});
+}
+
+TEST_CASE("custom_order rejects a list that is not made of permutations, naming step and subgroup") {
+  CHECK_THROWS_WITH_AS(strata::custom_order({{0, 1, 2}, {0, 2, 2}}),
+                       "custom_order: the order of step 1 names subgroup 2 twice (again at position 2)",
+                       strata::config_error);
+  CHECK_THROWS_WITH_AS(strata::custom_order({{0, 3, 1}}),
+                       "custom_order: the order of step 0 names subgroup 3 at position 1, but there are 3",
+                       strata::config_error);
+  CHECK_THROWS_WITH_AS(strata::custom_order({{0, 1, 2}, {0, 1}}),
+                       "custom_order: the order of step 1 has 2 entries for 3 subgroups", strata::config_error);
+  CHECK_THROWS_AS(strata::custom_order(std::vector<ids>{}), strata::config_error);
+}
+
+TEST_CASE("custom_order rejects a step over a different number of subgroups") {
+  const strata::custom_order c({{1, 0}});
+  CHECK_THROWS_WITH_AS((void)strata::order_of(c, 4, 3),
+                       "custom_order: the order of step 4 has 2 entries for 3 subgroups", strata::config_error);
+}
+
+TEST_CASE("custom_order checks what its generator returns at every step") {
+  const strata::custom_order c([](std::uint64_t step, std::size_t n) {
+    ids v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = (i + step) % n;
+    if (step == 3) v[0] = v[1];  // a broken step
+    return v;
+  });
+  CHECK(strata::order_of(c, 1, 4) == ids{1, 2, 3, 0});
+  CHECK_THROWS_WITH_AS((void)strata::order_of(c, 3, 4),
+                       "custom_order: the order of step 3 names subgroup 0 twice (again at position 1)",
+                       strata::config_error);
+  CHECK_THROWS_AS(strata::custom_order(strata::custom_order::generator{}), strata::config_error);
+}
