@@ -241,3 +241,16 @@ TEST_CASE("any_tier erases owned and referenced tiers and can recover the concre
   auto held = strata::any_tier(std::make_unique<strata::host_tier>(host("held")));
   CHECK(held.descriptor().name == "held");
 }
+
+TEST_CASE("limited works with the node-wide limiter: a second process-level user waits for the permit") {
+  temp_dir dir;
+  strata::node_limiter node(fmt::format("tier-test-{}", ::getpid()), 1, dir.path());
+  strata::limited<strata::host_tier, strata::node_limiter> t(node, host("pfs"));
+  t.write("x", 0, random_bytes(100, 1)).get();  // took and returned the node's only permit
+  CHECK(node.try_acquire());                    // so it is free again
+  auto blocked = std::async(std::launch::async, [&] { t.write("y", 0, random_bytes(100, 2)).get(); });
+  CHECK(blocked.wait_for(50ms) == std::future_status::timeout);  // waits while we hold it
+  node.release();
+  blocked.get();
+  CHECK(t.size("y") == 100u);
+}

@@ -56,6 +56,8 @@ static_assert(strata::tier<strata::faulty<strata::host_tier&>>);
 static_assert(strata::tier<strata::checksummed<strata::throttled<strata::file_tier>>>);
 static_assert(strata::tier<strata::multipath<strata::fixed_ratio, strata::file_tier, strata::host_tier>>);
 static_assert(strata::tier<strata::dynamic_multipath<strata::bandwidth_proportional>>);
+static_assert(strata::tier<strata::limited<strata::file_tier, strata::counting_limiter>>);
+static_assert(strata::tier<strata::limited<strata::throttled<strata::file_tier>, strata::node_limiter>>);
 static_assert(strata::placement_policy<good_placement>);
 static_assert(!strata::placement_policy<bad_placement>);
 static_assert(strata::placement_policy<strata::fixed_ratio>);

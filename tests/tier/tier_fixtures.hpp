@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <random>
@@ -39,16 +40,30 @@ class temp_dir {
   fs::path path_;
 };
 
-/// A limiter for limited<>: at most `cap` holders; records the highest count seen.
+/// A strata::limiter for limited<>: at most `cap` holders; records the highest count seen.
 class test_limiter {
  public:
   explicit test_limiter(int cap) : sem_(cap), cap_(cap) {}
   void acquire() {
     sem_.acquire();
+    note();
+  }
+  void note() {
     const int now = holders_.fetch_add(1) + 1;
     int seen = high_.load();
     while (now > seen && !high_.compare_exchange_weak(seen, now)) {
     }
+  }
+  bool try_acquire() {
+    if (!sem_.try_acquire()) return false;
+    note();
+    return true;
+  }
+  template <class Rep, class Period>
+  bool try_acquire_for(std::chrono::duration<Rep, Period> t) {
+    if (!sem_.try_acquire_for(t)) return false;
+    note();
+    return true;
   }
   void release() noexcept {
     holders_.fetch_sub(1);

@@ -1,7 +1,7 @@
 #pragma once
-/// limited<Tier, Limiter>: every request holds one permit of a limiter from issue to
-/// completion, so a shared link (a PFS mount that all ranks of a node use) sees at most the
-/// limiter's cap of requests at once. The limiter is shared, so it is held by reference.
+/// limited<Tier, Limiter>: every request holds one permit of a strata::limiter (counting_limiter
+/// in-process, node_limiter across the node's processes) from issue to completion, so a shared
+/// link (a PFS mount that all ranks of a node use) sees at most the limiter's cap of requests. The limiter is shared, so it is held by reference.
 /// `read`/`write` block the caller while no permit is free; the permit is released on the
 /// completing thread.
 
@@ -10,20 +10,14 @@
 #include <string_view>
 #include <utility>
 
+#include "strata/sync/limiter.hpp"
 #include "strata/tier/adaptor_base.hpp"
 #include "strata/tier/detail/inflight_counter.hpp"
 #include "strata/tier/io_future.hpp"
 
 namespace strata {
 
-/// What limited<> needs of a limiter: a blocking acquire and a noexcept release.
-template <class L>
-concept permit_source = requires(L& l) {
-  l.acquire();
-  { l.release() } noexcept;
-};
-
-template <class Inner, permit_source Limiter>
+template <class Inner, limiter Limiter>
 class limited : public detail::adaptor_base<Inner> {
   using base = detail::adaptor_base<Inner>;
 
