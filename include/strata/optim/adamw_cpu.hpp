@@ -22,6 +22,7 @@
 #include "strata/optim/adamw_math.hpp"
 #include "strata/optim/cpu_dispatch.hpp"
 #include "strata/optim/detail/simd_x86.hpp"
+#include "strata/optim/element_types.hpp"
 #include "strata/optim/grad_norm.hpp"
 
 namespace strata {
@@ -32,17 +33,6 @@ namespace strata {
 inline constexpr std::size_t adamw_default_tile_elems = 16384;
 
 namespace detail {
-
-/// H of the kernels when no model copy is written.
-struct no_model_copy {};
-
-template <class H>
-STRATA_HOST_DEVICE constexpr H narrow(float f) noexcept {
-  if constexpr (std::is_same_v<H, bf16>)
-    return bf16::from_bits(float_to_bf16_bits(f));
-  else
-    return fp16::from_bits(float_to_fp16_bits(f));
-}
 
 template <bool L2, bool Amsgrad, class G, class H>
 [[gnu::always_inline]] inline void adamw_loop(float* __restrict p, float* __restrict m, float* __restrict v,

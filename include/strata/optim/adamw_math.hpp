@@ -155,7 +155,8 @@ STRATA_HOST_DEVICE constexpr F splat(float a) {
 /// place; narrow p for the model copy afterwards. F is float, or a SIMD vector of floats in the
 /// CPU kernels (the same formula, lane by lane).
 template <bool L2, bool Amsgrad, class F = float>
-STRATA_HOST_DEVICE constexpr void adamw_element(F& p, F& m, F& v, F& vmax, F grad, const adamw_step_params& k) {
+STRATA_HOST_DEVICE constexpr void adamw_element(F& p, F& m, F& v, F& vmax, const F& grad,
+                                                const adamw_step_params& k) {
   using namespace detail::fp;
   F g = fmul(fmul(grad, splat<F>(k.grad_scale)), splat<F>(k.clip));
   if constexpr (L2) {

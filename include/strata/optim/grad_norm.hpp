@@ -29,34 +29,12 @@
 #include "strata/core/half.hpp"
 #include "strata/core/thread_pool.hpp"
 #include "strata/optim/cpu_dispatch.hpp"
+#include "strata/optim/element_types.hpp"
 #include "strata/optim/detail/simd_x86.hpp"
 
 namespace strata {
 
-/// Elements per block of the fixed reduction order (see the file comment).
-inline constexpr std::size_t grad_norm_block = 2048;
-/// Lanes per block of the fixed reduction order.
-inline constexpr std::size_t grad_norm_lanes = 8;
-
-/// Squared L2 norm of one subgroup's (unscaled) gradients.
-struct grad_stats {
-  double sum_squares = 0;   ///< sum of (g * scale)^2; non-finite when some gradient is inf/NaN
-  std::uint64_t count = 0;  ///< number of gradients
-  /// Whether every gradient was finite.
-  [[nodiscard]] bool finite() const noexcept { return std::isfinite(sum_squares); }
-};
-
 namespace detail {
-
-template <class G>
-STRATA_HOST_DEVICE constexpr float widen(G g) noexcept {
-  if constexpr (std::is_same_v<G, float>)
-    return g;
-  else if constexpr (std::is_same_v<G, bf16>)
-    return bf16_bits_to_float(g.bits);
-  else
-    return fp16_bits_to_float(g.bits);
-}
 
 /// u * u for a float u: exact in double, so fusing it with the following add would not change
 /// the sum; the barrier only keeps the generated code the same on every path.
@@ -100,8 +78,8 @@ STRATA_DETAIL_KERNEL_PORTABLE void grad_block_sums_portable(const G* g, std::siz
 }
 #if STRATA_CPU_X86_PATHS
 namespace simd {
-STRATA_DETAIL_DEFINE_SIMD_NORM_LOOP(avx512, STRATA_DETAIL_AVX512_FN, f32x16, load16)
-STRATA_DETAIL_DEFINE_SIMD_NORM_LOOP(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8)
+STRATA_DETAIL_DEFINE_SIMD_NORM_LOOP(avx512, STRATA_DETAIL_AVX512_FN)
+STRATA_DETAIL_DEFINE_SIMD_NORM_LOOP(avx2, STRATA_DETAIL_AVX2_FN)
 }  // namespace simd
 template <class G>
 STRATA_DETAIL_KERNEL_AVX2 void grad_block_sums_avx2(const G* g, std::size_t n, float scale, double* out) {

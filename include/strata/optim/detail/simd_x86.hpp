@@ -13,7 +13,9 @@
 #include <type_traits>
 
 #include "strata/core/half.hpp"
+#include "strata/optim/adamw_math.hpp"
 #include "strata/optim/cpu_dispatch.hpp"
+#include "strata/optim/element_types.hpp"
 
 #if STRATA_CPU_X86_PATHS
 #include <immintrin.h>
@@ -174,10 +176,11 @@ STRATA_DETAIL_AVX2_FN void store8(fp16* p, f32x8 a) {
   }
 
 // The block sums of grad_norm.hpp's fixed order: 8 double lanes, lane j <- elements j, j+8, ...
-#define STRATA_DETAIL_DEFINE_SIMD_NORM_LOOP(SUFFIX, FN, V, LOAD)                                                \
+// Both paths load 8 gradients at a time (AVX2 loads are valid on AVX-512 CPUs).
+#define STRATA_DETAIL_DEFINE_SIMD_NORM_LOOP(SUFFIX, FN)                                                      \
   template <class G>                                                                                            \
   FN void grad_block_sums_##SUFFIX(const G* g, std::size_t n, float scale, double* out) {                       \
-    const V s(scale);                                                                                           \
+    const f32x8 s(scale);                                                                                              \
     for (std::size_t b = 0; b * grad_norm_block < n; ++b) {                                                     \
       const std::size_t off = b * grad_norm_block;                                                              \
       const std::size_t len = n - off < grad_norm_block ? n - off : grad_norm_block;                            \
@@ -185,7 +188,7 @@ STRATA_DETAIL_AVX2_FN void store8(fp16* p, f32x8 a) {
       std::size_t i = 0;                                                                                        \
       {                                                                                                         \
         auto acc = lanes_zero_##SUFFIX();                                                                       \
-        for (; i + V::width <= len; i += V::width) acc = lanes_add_squares(acc, fmul(LOAD(g + off + i), s));    \
+        for (; i + 8 <= len; i += 8) acc = lanes_add_squares(acc, fmul(load8(g + off + i), s));                        \
         lanes_store(lane, acc);                                                                                 \
       }                                                                                                         \
       for (std::size_t j = 0; i + j < len; ++j) {                                                               \
@@ -201,11 +204,9 @@ struct lanes512 {
   __m512d x;
 };
 STRATA_DETAIL_AVX512_FN lanes512 lanes_zero_avx512() { return {_mm512_setzero_pd()}; }
-STRATA_DETAIL_AVX512_FN lanes512 lanes_add_squares(lanes512 acc, f32x16 u) {
-  const __m512d lo = _mm512_maskz_cvtps_pd(all8, _mm512_castps512_ps256(u.x));
-  const __m512d hi = _mm512_maskz_cvtps_pd(all8, _mm512_castps512_ps256(_mm512_shuffle_f32x4(u.x, u.x, 0xee)));
-  acc.x = _mm512_add_pd(acc.x, STRATA_DETAIL_VBARRIER(_mm512_mul_pd(lo, lo)));
-  acc.x = _mm512_add_pd(acc.x, STRATA_DETAIL_VBARRIER(_mm512_mul_pd(hi, hi)));
+STRATA_DETAIL_AVX512_FN lanes512 lanes_add_squares(lanes512 acc, f32x8 u) {
+  const __m512d d = _mm512_maskz_cvtps_pd(all8, u.x);
+  acc.x = _mm512_add_pd(acc.x, STRATA_DETAIL_VBARRIER(_mm512_mul_pd(d, d)));
   return acc;
 }
 STRATA_DETAIL_AVX512_FN void lanes_store(double* out, lanes512 acc) { _mm512_storeu_pd(out, acc.x); }
