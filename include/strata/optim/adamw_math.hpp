@@ -125,7 +125,7 @@ __device__ inline float fdiv(float a, float b) { return __fdiv_rn(a, b); }
 __device__ inline float fsqrt(float a) { return __fsqrt_rn(a); }
 __device__ inline float ffma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 #else
-#if defined(__has_builtin)
+#if defined(__has_builtin) && !defined(__CUDACC__)  // nvcc's front end claims it but lacks it
 #if __has_builtin(__builtin_assoc_barrier)
 #define STRATA_DETAIL_BARRIER(x) __builtin_assoc_barrier(x)
 #endif

@@ -39,7 +39,7 @@ namespace detail {
 /// u * u for a float u: exact in double, so fusing it with the following add would not change
 /// the sum; the barrier only keeps the generated code the same on every path.
 inline double square_unfused(double u) {
-#if defined(__has_builtin)
+#if defined(__has_builtin) && !defined(__CUDACC__)  // nvcc's front end claims it but lacks it
 #if __has_builtin(__builtin_assoc_barrier)
   return __builtin_assoc_barrier(u * u);
 #endif

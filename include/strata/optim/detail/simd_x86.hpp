@@ -20,7 +20,7 @@
 #if STRATA_CPU_X86_PATHS
 #include <immintrin.h>
 
-#if defined(__has_builtin)
+#if defined(__has_builtin) && !defined(__CUDACC__)  // nvcc's front end claims it but lacks it
 #if __has_builtin(__builtin_assoc_barrier)
 #define STRATA_DETAIL_VBARRIER(x) __builtin_assoc_barrier(x)
 #endif
@@ -51,10 +51,16 @@ struct f32x16 {
   STRATA_DETAIL_AVX512_FN explicit f32x16(float a) : x(_mm512_set1_ps(a)) {}
   STRATA_DETAIL_AVX512_FN explicit f32x16(__m512 a) : x(a) {}
 };
-STRATA_DETAIL_AVX512_FN f32x16 fmul(f32x16 a, f32x16 b) { return f32x16(STRATA_DETAIL_VBARRIER(_mm512_mul_ps(a.x, b.x))); }
+// The embedded-rounding forms (round to nearest even, as the default) are builtins the compiler
+// never fuses; GCC lowers an association barrier on a 512-bit vector lane by lane, so none here.
+STRATA_DETAIL_AVX512_FN f32x16 fmul(f32x16 a, f32x16 b) {
+  return f32x16(_mm512_maskz_mul_round_ps(all16, a.x, b.x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 STRATA_DETAIL_AVX512_FN f32x16 fadd(f32x16 a, f32x16 b) { return f32x16(_mm512_add_ps(a.x, b.x)); }
 STRATA_DETAIL_AVX512_FN f32x16 fsub(f32x16 a, f32x16 b) { return f32x16(_mm512_sub_ps(a.x, b.x)); }
-STRATA_DETAIL_AVX512_FN f32x16 fdiv(f32x16 a, f32x16 b) { return f32x16(STRATA_DETAIL_VBARRIER(_mm512_div_ps(a.x, b.x))); }
+STRATA_DETAIL_AVX512_FN f32x16 fdiv(f32x16 a, f32x16 b) {
+  return f32x16(_mm512_maskz_div_round_ps(all16, a.x, b.x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 STRATA_DETAIL_AVX512_FN f32x16 fsqrt(f32x16 a) { return f32x16(_mm512_maskz_sqrt_ps(all16, a.x)); }
 STRATA_DETAIL_AVX512_FN f32x16 ffma(f32x16 a, f32x16 b, f32x16 c) { return f32x16(_mm512_fmadd_ps(a.x, b.x, c.x)); }
 /// (a > b || a is NaN) ? a : b, as the scalar fmax_nan.
@@ -206,7 +212,7 @@ struct lanes512 {
 STRATA_DETAIL_AVX512_FN lanes512 lanes_zero_avx512() { return {_mm512_setzero_pd()}; }
 STRATA_DETAIL_AVX512_FN lanes512 lanes_add_squares(lanes512 acc, f32x8 u) {
   const __m512d d = _mm512_maskz_cvtps_pd(all8, u.x);
-  acc.x = _mm512_add_pd(acc.x, STRATA_DETAIL_VBARRIER(_mm512_mul_pd(d, d)));
+  acc.x = _mm512_add_pd(acc.x, _mm512_maskz_mul_round_pd(all8, d, d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   return acc;
 }
 STRATA_DETAIL_AVX512_FN void lanes_store(double* out, lanes512 acc) { _mm512_storeu_pd(out, acc.x); }
