@@ -19,8 +19,9 @@
 /// where bc1 = 1 - beta1^t and bc2 = 1 - beta2^t, and the scalars are computed in double and
 /// rounded to float once, as PyTorch does (see make_adamw_step_params). Every operation is one
 /// IEEE float operation rounded to nearest even; `fma` is a fused multiply-add (one rounding)
-/// exactly where ATen's vectorized kernels use one, and nowhere else: the host kernels are
-/// compiled with FMA contraction off, the device code uses __fmul_rn/__fadd_rn/__fmaf_rn. sqrt
+/// exactly where ATen's vectorized kernels use one, and nowhere else: on the host every product
+/// sits behind an association barrier (AVX-512: an embedded-rounding builtin) that no
+/// -ffp-contract setting can fuse, the device code uses __fmul_rn/__fadd_rn/__fmaf_rn. sqrt
 /// and division are correctly rounded everywhere. Agreement with PyTorch is within a few ULP:
 /// PyTorch's own CPU sqrt (2.15, AVX-512 build) is off by one ULP for about 16% of inputs.
 
@@ -114,9 +115,10 @@ struct adamw_step_params {
 namespace detail::fp {
 // One IEEE operation each, round to nearest even. The formula calls them unqualified, so the
 // SIMD value types of the CPU kernels (optim/detail/simd_x86.hpp) supply their own by ADL. On the
-// device the _rn intrinsics are never contracted into FMAs; on the host the kernels are compiled
-// with contraction off, and the association barrier keeps a product from fusing where this
-// header is used elsewhere (scalar reference loops in user code).
+// device the _rn intrinsics are never contracted into FMAs; on the host the association barrier
+// keeps a product from fusing with the add that consumes it, even under -ffp-contract=fast
+// (tests/optim/contraction_test.cpp). nvcc's front end lacks the builtin: host code in .cu files
+// relies on GCC's default of not contracting across these separate statements.
 #if defined(__CUDA_ARCH__)
 __device__ inline float fmul(float a, float b) { return __fmul_rn(a, b); }
 __device__ inline float fadd(float a, float b) { return __fadd_rn(a, b); }
