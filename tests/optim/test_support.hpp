@@ -48,7 +48,7 @@ struct state {
 
   friend bool operator==(const state& a, const state& b) {
     auto same = [](const auto& x, const auto& y) {
-      return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
+      return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0);
     };
     return same(a.p, b.p) && same(a.m, b.m) && same(a.v, b.v) && same(a.vmax, b.vmax) && same(a.out, b.out);
   }

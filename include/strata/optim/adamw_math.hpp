@@ -112,6 +112,15 @@ struct adamw_step_params {
   return k;
 }
 
+// Forced inlining of the formula into each kernel: its SIMD instantiations must never exist as
+// separate functions, whose vector arguments would cross a target-attribute ABI boundary (GCC
+// does not inline at -O0 otherwise).
+#if defined(__CUDACC__)
+#define STRATA_DETAIL_FORCE_INLINE __forceinline__
+#else
+#define STRATA_DETAIL_FORCE_INLINE [[gnu::always_inline]] inline
+#endif
+
 namespace detail::fp {
 // One IEEE operation each, round to nearest even. The formula calls them unqualified, so the
 // SIMD value types of the CPU kernels (optim/detail/simd_x86.hpp) supply their own by ADL. On the
@@ -146,7 +155,7 @@ constexpr float ffma(float a, float b, float c) { return __builtin_fmaf(a, b, c)
 STRATA_HOST_DEVICE constexpr float fmax_nan(float a, float b) { return (a > b || a != a) ? a : b; }
 /// A scalar constant as a value of the formula's type (SIMD types broadcast it).
 template <class F>
-STRATA_HOST_DEVICE constexpr F splat(float a) {
+STRATA_DETAIL_FORCE_INLINE STRATA_HOST_DEVICE constexpr F splat(float a) {
   return F(a);
 }
 }  // namespace detail::fp
@@ -157,7 +166,7 @@ STRATA_HOST_DEVICE constexpr F splat(float a) {
 /// place; narrow p for the model copy afterwards. F is float, or a SIMD vector of floats in the
 /// CPU kernels (the same formula, lane by lane).
 template <bool L2, bool Amsgrad, class F = float>
-STRATA_HOST_DEVICE constexpr void adamw_element(F& p, F& m, F& v, F& vmax, const F& grad,
+STRATA_DETAIL_FORCE_INLINE STRATA_HOST_DEVICE constexpr void adamw_element(F& p, F& m, F& v, F& vmax, const F& grad,
                                                 const adamw_step_params& k) {
   using namespace detail::fp;
   F g = fmul(fmul(grad, splat<F>(k.grad_scale)), splat<F>(k.clip));
