@@ -28,4 +28,16 @@ for b in build/gpu/bench/*_cuda_bench build/gpu/bench/strata_core_bench; do
   "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
     --benchmark_out="$out/$(basename "$b").json" --benchmark_out_format=json 2>&1 | tail -25
 done
+# AdamW on the GPU against the same-run device-to-device copy bound, then PyTorch's fused CUDA
+# AdamW on the same problem when PyTorch is installed there (BENCHMARKS.md, "AdamW kernels").
+for g in fp32 bf16 fp16; do
+  build/gpu/bench/strata-bench adamw --device cuda --params 256M --grad "$g" --reps 10 --json 2>&1 |
+    tee -a "$out/adamw-cuda.jsonl"
+done
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  for g in fp32 bf16; do
+    python3 bench/pytorch_adamw_bench.py --device cuda --impl fused --params 256M --grad "$g" --json 2>&1 |
+      tee -a "$out/adamw-pytorch-cuda.jsonl"
+  done
+fi
 exit "$rc"

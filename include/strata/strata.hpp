@@ -10,11 +10,16 @@
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/fs.hpp"
+#include "strata/core/half.hpp"
 #include "strata/core/metrics.hpp"
 #include "strata/core/notice.hpp"
 #include "strata/core/thread_pool.hpp"
 #include "strata/core/trace.hpp"
 #include "strata/core/units.hpp"
+
+#include "strata/optim/adamw_cpu.hpp"
+#include "strata/optim/adamw_math.hpp"
+#include "strata/optim/grad_norm.hpp"
 
 #include "strata/policy/belady.hpp"
 #include "strata/policy/cache_index.hpp"

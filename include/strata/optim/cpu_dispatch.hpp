@@ -1,0 +1,147 @@
+#pragma once
+/// Building blocks of strata's CPU kernels: the instruction-set paths and their run-time
+/// selection, and a tiled parallel loop over the strata thread pool.
+///
+/// Each kernel exists three times, from the same formula (optim/adamw_math.hpp): a portable
+/// scalar path, an AVX2 path (AVX2+FMA+F16C, 8 lanes) and an AVX-512 path (AVX-512F/BW/VL/DQ,
+/// 16 lanes), using GCC/Clang `target` attributes, and the best one this CPU runs is picked at
+/// run time; the library never needs -march flags. All three compute bit-identical results:
+/// every operation is the same IEEE operation, fmas are explicit and products sit behind an
+/// association barrier so no compiler flag can fuse them.
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/core/thread_pool.hpp"
+
+namespace strata {
+
+/// An instruction-set path of the CPU kernels.
+enum class cpu_isa : unsigned char {
+  automatic,  ///< the best path this CPU supports
+  portable,   ///< plain C++ (whatever the compiler's baseline target vectorizes)
+  avx2,       ///< x86-64 AVX2 + FMA + F16C, 256-bit vectors
+  avx512,     ///< x86-64 AVX-512 F/BW/VL/DQ, 512-bit vectors
+};
+
+/// The name of a path ("automatic", "portable", "avx2", "avx512").
+[[nodiscard]] constexpr std::string_view to_string(cpu_isa isa) noexcept {
+  switch (isa) {
+    case cpu_isa::automatic: return "automatic";
+    case cpu_isa::portable: return "portable";
+    case cpu_isa::avx2: return "avx2";
+    case cpu_isa::avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define STRATA_CPU_X86_PATHS 1
+#else
+#define STRATA_CPU_X86_PATHS 0
+#endif
+
+/// Whether this CPU (and this build) can run `isa`. `automatic` and `portable` always can.
+[[nodiscard]] inline bool cpu_supports(cpu_isa isa) noexcept {
+#if STRATA_CPU_X86_PATHS
+  switch (isa) {
+    case cpu_isa::automatic:
+    case cpu_isa::portable: return true;
+    case cpu_isa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case cpu_isa::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             cpu_supports(cpu_isa::avx2);
+  }
+  return false;
+#else
+  return isa == cpu_isa::automatic || isa == cpu_isa::portable;
+#endif
+}
+
+/// The path `automatic` resolves to: avx512 where supported, else avx2, else portable.
+[[nodiscard]] inline cpu_isa best_cpu_isa() noexcept {
+  static const cpu_isa best = cpu_supports(cpu_isa::avx512) ? cpu_isa::avx512
+                              : cpu_supports(cpu_isa::avx2) ? cpu_isa::avx2
+                                                            : cpu_isa::portable;
+  return best;
+}
+
+/// Resolves `automatic`; throws config_error when `isa` was forced and this CPU lacks it.
+[[nodiscard]] inline cpu_isa resolve_cpu_isa(cpu_isa isa) {
+  if (isa == cpu_isa::automatic) return best_cpu_isa();
+  STRATA_EXPECTS(cpu_supports(isa), config_error, "cpu_isa '{}' is not supported by this CPU or build", to_string(isa));
+  return isa;
+}
+
+namespace detail {
+
+/// Runs f(begin, end) over [0, n) in tiles of `tile` elements: on the calling thread, helped by
+/// up to pool->size() - 1 of the pool's workers (so at most pool->size() threads work).
+/// Tiles are claimed from an atomic counter; the call returns when every tile is done. A helper
+/// that starts after the last tile was claimed does nothing, so calling this from a worker of
+/// the same pool cannot deadlock. The first exception thrown by f is rethrown here (tiles not yet
+/// claimed are then skipped).
+template <class F>
+void parallel_tiles(std::size_t n, std::size_t tile, thread_pool* pool, F&& f) {
+  STRATA_EXPECTS(tile > 0, config_error, "tile size must be positive");
+  if (n == 0) return;
+  const std::size_t tiles = (n + tile - 1) / tile;
+  const std::size_t helpers = pool == nullptr ? 0 : std::min(pool->size(), tiles) - 1;
+  if (helpers == 0) {
+    for (std::size_t b = 0; b < n; b += tile) f(b, std::min(n, b + tile));
+    return;
+  }
+  struct shared {
+    std::atomic<std::size_t> next{0};
+    std::atomic<std::size_t> done{0};
+    std::atomic<bool> failed{false};
+    std::mutex error_mutex;
+    std::exception_ptr error;
+  };
+  auto s = std::make_shared<shared>();
+  // Claims and runs tiles until none is left. f is dereferenced only after a successful claim,
+  // which happens before the caller can see done == tiles and return.
+  auto work = [s, n, tile, tiles, fp = &f]() noexcept {
+    for (;;) {
+      const std::size_t t = s->next.fetch_add(1, std::memory_order_relaxed);
+      if (t >= tiles) return;
+      try {
+        if (!s->failed.load(std::memory_order_relaxed)) (*fp)(t * tile, std::min(n, (t + 1) * tile));
+      } catch (...) {
+        std::lock_guard lock(s->error_mutex);
+        if (!s->error) s->error = std::current_exception();
+        s->failed.store(true, std::memory_order_relaxed);
+      }
+      if (s->done.fetch_add(1, std::memory_order_acq_rel) + 1 == tiles) s->done.notify_all();
+    }
+  };
+  for (std::size_t h = 0; h < helpers; ++h) (void)pool->submit(work);
+  work();
+  for (std::size_t d = s->done.load(std::memory_order_acquire); d != tiles; d = s->done.load(std::memory_order_acquire))
+    s->done.wait(d, std::memory_order_acquire);
+  std::lock_guard lock(s->error_mutex);
+  if (s->error) std::rethrow_exception(s->error);
+}
+
+}  // namespace detail
+}  // namespace strata
+
+// Attributes of the kernels. No `optimize` attribute: GCC refuses to inline functions without it
+// into functions with it. Contraction is prevented by the association barriers in the
+// operations instead, and sqrt is an intrinsic on the SIMD paths. `flatten` inlines the whole
+// call tree (adamw_element and the SIMD operations) into the kernel, where the target matches.
+#define STRATA_DETAIL_KERNEL_PORTABLE __attribute__((noinline))
+#if STRATA_CPU_X86_PATHS
+#define STRATA_DETAIL_KERNEL_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2"), noinline, flatten))
+#define STRATA_DETAIL_KERNEL_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2"), noinline, flatten))
+#endif
