@@ -15,23 +15,14 @@ namespace strata {
 
 /// First in, first out: an entry's rank is the time it was inserted; accesses do not change it.
 /// The cheapest policy to reason about, and the baseline the others are measured against.
-class fifo {
+class fifo : public detail::ranked_policy {
  public:
+  fifo() noexcept : ranked_policy("fifo") {}
   void on_step_begin(std::span<const std::size_t> /*order*/, std::span<const std::size_t> /*next*/) noexcept {}
   void on_insert(std::size_t id) { entries_.insert(id, {0, ++clock_}); }
   void on_access(std::size_t id) {
     STRATA_EXPECTS(entries_.contains(id), config_error, "fifo: access of subgroup {}, which is not cached", id);
   }
-  void on_erase(std::size_t id) noexcept { entries_.erase(id); }
-  void pin(std::size_t id) { entries_.pin(id); }
-  void unpin(std::size_t id) noexcept { entries_.unpin(id); }
-  [[nodiscard]] std::optional<std::size_t> victim() const noexcept { return entries_.smallest(); }
-  [[nodiscard]] bool contains(std::size_t id) const { return entries_.contains(id); }
-  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
-
- private:
-  detail::ranked_entries entries_{"fifo"};
-  std::uint64_t clock_ = 0;
 };
 
 static_assert(eviction_policy<fifo>);

@@ -16,22 +16,9 @@ namespace strata {
 /// before its update while an updated one remains). Ranks by the subgroup's place in the order,
 /// not by access time, so an access outside the walk (a checkpoint read) changes nothing.
 /// The next order given to on_step_begin is ignored. Before the first step it behaves as lru.
-class sweep_aware {
+class sweep_aware : public detail::lookahead {
  public:
-  void on_step_begin(std::span<const std::size_t> order, std::span<const std::size_t> next) {
-    impl_.on_step_begin(order, next);
-  }
-  void on_insert(std::size_t id) { impl_.on_insert(id); }
-  void on_access(std::size_t id) { impl_.on_access(id); }
-  void on_erase(std::size_t id) noexcept { impl_.on_erase(id); }
-  void pin(std::size_t id) { impl_.pin(id); }
-  void unpin(std::size_t id) noexcept { impl_.unpin(id); }
-  [[nodiscard]] std::optional<std::size_t> victim() const noexcept { return impl_.victim(); }
-  [[nodiscard]] bool contains(std::size_t id) const { return impl_.contains(id); }
-  [[nodiscard]] std::size_t size() const noexcept { return impl_.size(); }
-
- private:
-  detail::lookahead impl_{"sweep_aware", /*reverse_next=*/true};
+  sweep_aware() noexcept : lookahead("sweep_aware", /*reverse_next=*/true) {}
 };
 
 static_assert(eviction_policy<sweep_aware>);

@@ -19,11 +19,11 @@
 
 namespace strata::detail {
 
-class lookahead {
+class lookahead : public ranked_policy {
  public:
   /// `reverse_next`: assume the next step walks this step's order backwards (sweep_aware) instead
   /// of reading it from the `next` order given (belady).
-  lookahead(const char* policy, bool reverse_next) noexcept : entries_(policy), reverse_next_(reverse_next) {}
+  lookahead(const char* policy, bool reverse_next) noexcept : ranked_policy(policy), reverse_next_(reverse_next) {}
 
   void on_step_begin(std::span<const std::size_t> order, std::span<const std::size_t> next) {
     std::unordered_map<std::size_t, std::size_t> cur;
@@ -46,12 +46,6 @@ class lookahead {
     entries_.rerank(id, {urgency(id), ++clock_});
   }
 
-  void on_erase(std::size_t id) noexcept { entries_.erase(id); }
-  void pin(std::size_t id) { entries_.pin(id); }
-  void unpin(std::size_t id) noexcept { entries_.unpin(id); }
-  [[nodiscard]] std::optional<std::size_t> victim() const noexcept { return entries_.smallest(); }
-  [[nodiscard]] bool contains(std::size_t id) const { return entries_.contains(id); }
-  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
 
  private:
   static constexpr std::uint64_t never = std::numeric_limits<std::uint64_t>::max();
@@ -79,13 +73,11 @@ class lookahead {
   /// Ranks sort ascending and the smallest goes first, so the furthest use gets the smallest rank.
   [[nodiscard]] std::uint64_t urgency(std::size_t id) const { return never - next_use(id); }
 
-  ranked_entries entries_;
   bool reverse_next_;
   std::unordered_map<std::size_t, std::size_t> current_;
   std::unordered_map<std::size_t, std::size_t> next_;
   std::unordered_set<std::size_t> visited_;
   std::size_t steps_length_ = 0;
-  std::uint64_t clock_ = 0;
 };
 
 }  // namespace strata::detail

@@ -133,4 +133,21 @@ class ranked_entries {
   ordered unpinned_;
 };
 
+/// The members every ranked policy shares: erase, pins, the victim (the lowest rank) and lookups.
+/// A policy derives from it and defines how inserts and accesses rank an entry.
+class ranked_policy {
+ public:
+  void on_erase(std::size_t id) noexcept { entries_.erase(id); }
+  void pin(std::size_t id) { entries_.pin(id); }
+  void unpin(std::size_t id) noexcept { entries_.unpin(id); }
+  [[nodiscard]] std::optional<std::size_t> victim() const noexcept { return entries_.smallest(); }
+  [[nodiscard]] bool contains(std::size_t id) const { return entries_.contains(id); }
+  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+
+ protected:
+  explicit ranked_policy(const char* policy) noexcept : entries_(policy) {}
+  ranked_entries entries_;
+  std::uint64_t clock_ = 0;  ///< a logical time for tie-breaks
+};
+
 }  // namespace strata::detail
