@@ -143,6 +143,7 @@ class file_tier {
       auto fd = std::make_shared<unique_fd>();
       try {
         *fd = open_file(path, O_RDWR | O_CREAT | (direct_ ? O_DIRECT : 0));
+        if (end > old_size) reserve_space(fd->get(), path, old_size, end);
       } catch (...) {
         settle_size(std::string(object), path, nullptr);
         throw;
@@ -444,6 +445,29 @@ class file_tier {
     req->promise.complete(error);
   }
 
+  // Allocates the blocks a growing write will fill before it is issued. Extending O_DIRECT
+  // writes are serialized by filesystems such as ext4 (each must update the file size), so
+  // without this the chunks of a new object would not run in parallel; it also turns a full
+  // device into a capacity_error before any byte is written. Filesystems without fallocate are
+  // simply written as they are.
+  void reserve_space(int fd, const std::filesystem::path& path, std::uint64_t from, std::uint64_t to) {
+    if (!fallocate_supported_.load(std::memory_order_relaxed)) return;
+    for (;;) {
+      if (::fallocate(fd, 0, static_cast<off_t>(from), static_cast<off_t>(to - from)) == 0) return;
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (err == EOPNOTSUPP || err == ENOSYS) {
+        fallocate_supported_.store(false, std::memory_order_relaxed);
+        return;
+      }
+      if (err == ENOSPC || err == EDQUOT)
+        throw capacity_error(fmt::format("fallocate {} ({} bytes at offset {}, tier '{}'): {}", path.string(), to - from,
+                                         from, opts_.name, detail::errno_text(err)),
+                             to - from, 0);
+      throw io_error("fallocate", path, from, err);
+    }
+  }
+
   // After a failed write, trust the file, not the reservation.
   void settle_size(const std::string& object, const std::filesystem::path& path, const unique_fd* fd) noexcept {
     struct stat st {};
@@ -531,6 +555,7 @@ class file_tier {
 
   file_tier_options opts_;
   bool direct_ = true;
+  std::atomic<bool> fallocate_supported_{true};
   mutable std::mutex mutex_;
   std::map<std::string, std::uint64_t, std::less<>> sizes_;
   std::uint64_t used_ = 0;
