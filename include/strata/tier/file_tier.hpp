@@ -453,7 +453,7 @@ class file_tier {
   void reserve_space(int fd, const std::filesystem::path& path, std::uint64_t from, std::uint64_t to) {
     if (!fallocate_supported_.load(std::memory_order_relaxed)) return;
     for (;;) {
-      if (::fallocate(fd, 0, static_cast<off_t>(from), static_cast<off_t>(to - from)) == 0) return;
+      if (opts_.syscalls.fallocate(fd, 0, static_cast<off_t>(from), static_cast<off_t>(to - from)) == 0) return;
       const int err = errno;
       if (err == EINTR) continue;
       if (err == EOPNOTSUPP || err == ENOSYS) {

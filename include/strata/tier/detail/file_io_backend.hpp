@@ -44,13 +44,14 @@ namespace detail {
 inline int sys_open(const char* path, int flags, mode_t mode) { return ::open(path, flags, mode); }
 }  // namespace detail
 
-/// Syscalls a file_tier issues: the POSIX engine's transfers, and the open that probes whether
-/// the filesystem takes O_DIRECT. Tests replace them to inject short transfers, EINTR, EAGAIN,
+/// Syscalls a file_tier issues: the POSIX engine's transfers, the open that probes whether the
+/// filesystem takes O_DIRECT, and the fallocate that reserves space for growing writes. Tests replace them to inject short transfers, EINTR, EAGAIN,
 /// ENOSPC or a refused O_DIRECT; everyone else leaves the defaults.
 struct file_syscalls {
   ssize_t (*pread)(int, void*, std::size_t, off_t) = ::pread;
   ssize_t (*pwrite)(int, const void*, std::size_t, off_t) = ::pwrite;
   int (*open)(const char*, int, mode_t) = detail::sys_open;
+  int (*fallocate)(int, int, off_t, off_t) = ::fallocate;
 };
 
 namespace detail {
