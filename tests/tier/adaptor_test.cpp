@@ -254,3 +254,67 @@ TEST_CASE("limited works with the node-wide limiter: a second process-level user
   blocked.get();
   CHECK(t.size("y") == 100u);
 }
+
+TEST_CASE("adaptive placement converges to a path's new bandwidth, moving a bounded number of bytes per step") {
+  using slow_host = strata::throttled<strata::host_tier>;
+  constexpr std::uint64_t object = 64 * 1024, objects = 40, bound = 4 * object;
+  strata::multipath<strata::adaptive, slow_host, slow_host> m(
+      strata::adaptive({.smoothing = 0.7, .max_move_bytes = bound}),
+      std::tuple{strata::throttle_options{20e6, 20e6, 0us}, host("a")},
+      std::tuple{strata::throttle_options{20e6, 20e6, 0us}, host("b")});
+  const auto data = random_bytes(object, 1);
+  std::vector<std::vector<std::byte>> back(objects, std::vector<std::byte>(object));
+  const auto step = [&] {  // what an optimizer step does to every subgroup: read it, write it back
+    std::vector<strata::io_future> io;
+    for (std::uint64_t i = 0; i < objects; ++i) io.push_back(m.read(fmt::format("sg-{}", i), 0, back[i]));
+    strata::wait_all(io);
+    io.clear();
+    for (std::uint64_t i = 0; i < objects; ++i) io.push_back(m.write(fmt::format("sg-{}", i), 0, back[i]));
+    strata::wait_all(io);
+  };
+  for (std::uint64_t i = 0; i < objects; ++i) m.write(fmt::format("sg-{}", i), 0, data).get();
+  const auto even = m.placed_bytes();
+  CHECK(even[0] == even[1]);  // equal declared links: placed evenly before anything was observed
+  step();
+  CHECK(m.rebalance() <= bound);
+
+  m.path<1>().set_bandwidth(60e6, 60e6);  // path b becomes 3x faster mid-run
+  std::vector<std::uint64_t> moved;
+  for (int s = 0; s < 12; ++s) {
+    step();
+    moved.push_back(m.rebalance());
+  }
+  for (const auto b : moved) CHECK(b <= bound);
+  const auto placed = m.placed_bytes();
+  const double share_b = static_cast<double>(placed[1]) / static_cast<double>(placed[0] + placed[1]);
+  // 3:1 is a share of 0.75; the band allows for throughput measured on a loaded 2-core machine.
+  CHECK(share_b > 0.65);
+  CHECK(share_b < 0.85);
+  for (std::uint64_t i = 0; i < objects; ++i) {            // every object intact after migrating
+    std::vector<std::byte> out(object);
+    m.read(fmt::format("sg-{}", i), 0, out).get();
+    REQUIRE(out == data);
+  }
+  CHECK(m.path<0>().used() + m.path<1>().used() == objects * object);  // moved, not copied
+}
+
+TEST_CASE("adaptive keeps an EWMA per path and plans bytes in its ratio, within each path's room") {
+  strata::adaptive a({.smoothing = 0.5, .max_move_bytes = 100});
+  std::vector<strata::path_view> paths{
+      {strata::tier_descriptor{"a", strata::tier_kind::file, 1e9, 1e9, false}, 10000, 400, 400},
+      {strata::tier_descriptor{"b", strata::tier_kind::file, 1e9, 1e9, false}, 10000, 400, 400}};
+  CHECK(a.plan(paths) == std::vector<std::uint64_t>{400, 400});  // nothing observed: the descriptors
+  a.observe(0, 100, 1.0);
+  CHECK(a.plan(paths) == std::vector<std::uint64_t>{400, 400});  // one path observed is not enough
+  a.observe(1, 300, 1.0);
+  CHECK(a.plan(paths) == std::vector<std::uint64_t>{200, 600});
+  a.observe(1, 100, 1.0);  // EWMA: 0.5 * 100 + 0.5 * 300 = 200
+  CHECK(a.estimates()[1] == 200.0);
+  CHECK(a.plan(paths) == std::vector<std::uint64_t>{266, 533});
+  a.observe(0, 0, 0.0);  // an idle path keeps its estimate
+  CHECK(a.estimates()[0] == 100.0);
+  paths[1].capacity = 500;  // b has room for 100 more bytes only
+  CHECK(a.plan(paths)[1] == 500);
+  CHECK(a.max_move_bytes() == 100);
+  CHECK_THROWS_AS(strata::adaptive({.smoothing = 0.0}), strata::config_error);
+}

@@ -7,6 +7,8 @@
 /// - bandwidth_proportional: each object goes where it finishes soonest, counting the bytes
 ///   already placed on each path and its read+write cost per byte; the split of bytes across
 ///   paths converges to the ratio of their bandwidths, and a full path is skipped.
+/// - adaptive: re-plans between steps from the throughput each path was observed to deliver
+///   (an EWMA), and has the multipath migrate a bounded number of bytes per step towards it.
 
 #include <concepts>
 #include <cstddef>
@@ -14,6 +16,7 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <algorithm>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -114,7 +117,98 @@ class bandwidth_proportional {
   }
 };
 
+/// Options of adaptive placement.
+struct adaptive_options {
+  double smoothing = 0.5;                     ///< EWMA weight of the newest observation, in (0, 1]
+  std::uint64_t max_move_bytes = 1ULL << 30;  ///< what one rebalance may migrate
+};
+
+/// Placement that follows the throughput each path delivers, not what it declares: a multipath
+/// feeds it, once per step (`multipath::rebalance()`), the bytes each path moved and the time it
+/// was busy; it keeps an exponentially weighted average per path, plans a byte split in the
+/// ratio of those averages, and the multipath migrates objects towards the plan, at most
+/// `max_move_bytes` per step. New objects go where they finish soonest under the same estimates.
+/// Until every path has been observed it plans from the descriptors, like bandwidth_proportional.
+class adaptive {
+ public:
+  explicit adaptive(adaptive_options o = {}) : opts_(o) {
+    STRATA_EXPECTS(o.smoothing > 0 && o.smoothing <= 1, config_error,
+                   "adaptive: smoothing {} is not in (0, 1]", o.smoothing);
+  }
+
+  std::size_t place(std::string_view object, std::uint64_t bytes, std::span<const path_view> paths) {
+    const auto r = rates(paths);
+    std::size_t best = paths.size();
+    double best_time = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      if (!paths[i].fits(bytes)) continue;
+      const double t = static_cast<double>(paths[i].placed_bytes + bytes) / r[i];
+      if (t < best_time) {
+        best_time = t;
+        best = i;
+      }
+    }
+    if (best == paths.size()) detail::no_room(object, bytes, paths);
+    return best;
+  }
+
+  /// One step's observation of path `path`: `bytes` moved while busy for `busy_seconds`.
+  void observe(std::size_t path, std::uint64_t bytes, double busy_seconds) {
+    if (path >= estimate_.size()) estimate_.resize(path + 1, 0.0);
+    if (bytes == 0 || busy_seconds <= 0) return;  // idle this step: keep what we knew
+    const double sample = static_cast<double>(bytes) / busy_seconds;
+    double& e = estimate_[path];
+    e = e == 0 ? sample : opts_.smoothing * sample + (1 - opts_.smoothing) * e;
+  }
+
+  /// Target bytes per path: what is placed now, split in the ratio of the estimates, each capped
+  /// by the room its path has.
+  [[nodiscard]] std::vector<std::uint64_t> plan(std::span<const path_view> paths) const {
+    const auto r = rates(paths);
+    double total = 0, rate_sum = 0;
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      total += static_cast<double>(paths[i].placed_bytes);
+      rate_sum += r[i];
+    }
+    std::vector<std::uint64_t> target(paths.size());
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      const double room = paths[i].capacity > paths[i].used ? static_cast<double>(paths[i].capacity - paths[i].used) : 0;
+      target[i] = static_cast<std::uint64_t>(
+          std::min(total * r[i] / rate_sum, static_cast<double>(paths[i].placed_bytes) + room));
+    }
+    return target;
+  }
+
+  /// Bytes a rebalance may migrate.
+  [[nodiscard]] std::uint64_t max_move_bytes() const noexcept { return opts_.max_move_bytes; }
+  /// Current estimate per path, bytes/s (0 = not observed yet).
+  [[nodiscard]] const std::vector<double>& estimates() const noexcept { return estimate_; }
+
+ private:
+  // Observed rates when every path has one; otherwise descriptor rates for all, so that the
+  // two kinds of figure are never compared with each other.
+  [[nodiscard]] std::vector<double> rates(std::span<const path_view> paths) const {
+    std::vector<double> r(paths.size(), 1.0);
+    bool observed = estimate_.size() >= paths.size();
+    for (std::size_t i = 0; observed && i < paths.size(); ++i) observed = estimate_[i] > 0;
+    if (observed) {
+      for (std::size_t i = 0; i < paths.size(); ++i) r[i] = estimate_[i];
+      return r;
+    }
+    bool declared = true;
+    for (const auto& p : paths) declared = declared && bandwidth_proportional::seconds_per_byte(p.descriptor) > 0;
+    if (declared)
+      for (std::size_t i = 0; i < paths.size(); ++i)
+        r[i] = 1.0 / bandwidth_proportional::seconds_per_byte(paths[i].descriptor);
+    return r;
+  }
+
+  adaptive_options opts_;
+  std::vector<double> estimate_;
+};
+
 static_assert(placement_policy<fixed_ratio>);
 static_assert(placement_policy<bandwidth_proportional>);
+static_assert(placement_policy<adaptive>);
 
 }  // namespace strata

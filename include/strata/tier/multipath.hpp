@@ -6,12 +6,15 @@
 /// concurrently.
 ///
 /// - `multipath<Placement, Tiers...>`: a fixed set of paths, each constructed in place from one
-///   argument (its options), or referred to when the type is a reference (`file_tier&`).
+///   argument (its options) or from a std::tuple of arguments (an adaptor's), or referred to
+///   when the type is a reference (`file_tier&`).
 /// - `dynamic_multipath<Placement>`: paths chosen at run time, as a vector of any_tier.
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -26,6 +29,7 @@
 #include "strata/policy/placement.hpp"
 #include "strata/tier/any_tier.hpp"
 #include "strata/tier/io_future.hpp"
+#include "strata/tier/throughput_meter.hpp"
 #include "strata/tier/tier.hpp"
 
 namespace strata {
@@ -41,7 +45,7 @@ class multipath_core {
   io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     try {
       const std::size_t path = locate_or_place(object, offset + bytes.size());
-      return self().visit(path, [&](auto& t) { return t.write(object, offset, bytes); });
+      return metered(path, bytes.size(), self().visit(path, [&](auto& t) { return t.write(object, offset, bytes); }));
     } catch (...) {
       return make_ready_io_future(std::current_exception());
     }
@@ -51,7 +55,7 @@ class multipath_core {
     try {
       const auto path = locate(object);
       if (!path) throw out_of_range_error(name_, object, offset, dst.size(), std::nullopt);
-      return self().visit(*path, [&](auto& t) { return t.read(object, offset, dst); });
+      return metered(*path, dst.size(), self().visit(*path, [&](auto& t) { return t.read(object, offset, dst); }));
     } catch (...) {
       return make_ready_io_future(std::current_exception());
     }
@@ -127,14 +131,111 @@ class multipath_core {
   }
   [[nodiscard]] Placement& placement() noexcept { return placement_; }
 
+  /// Throughput observed on each path (bytes/s over the time it had requests in flight).
+  [[nodiscard]] std::vector<double> observed_bandwidth() const {
+    std::vector<double> bw;
+    for (const auto& m : meters_) bw.push_back(m->bytes_per_second());
+    return bw;
+  }
+
+  /// Between steps, for placements that re-plan (`adaptive`): feeds them what each path moved
+  /// since the last call, then migrates objects (read, write elsewhere, remove) towards the new
+  /// plan, at most the policy's byte bound. Call it only while no request is in flight.
+  /// Returns the bytes moved; 0 for placements that do not re-plan.
+  std::uint64_t rebalance() {
+    if constexpr (!requires(Placement& p, std::span<const path_view> v) { p.plan(v); }) {
+      return 0;
+    } else {
+      std::vector<path_view> views = snapshot_views();
+      for (std::size_t i = 0; i < meters_.size(); ++i) {
+        const auto [bytes, busy] = meters_[i]->totals();
+        placement_.observe(i, bytes - last_[i].first, busy - last_[i].second);
+        last_[i] = {bytes, busy};
+      }
+      const std::vector<std::uint64_t> target = placement_.plan(views);
+      std::uint64_t moved = 0;
+      const std::uint64_t budget = placement_.max_move_bytes();
+      for (;;) {
+        std::vector<std::uint64_t> placed = placed_bytes();
+        // The path furthest above its target gives, the one furthest below receives.
+        std::size_t from = 0, to = 0;
+        std::int64_t excess = 0, deficit = 0;
+        for (std::size_t i = 0; i < placed.size(); ++i) {
+          const auto d = static_cast<std::int64_t>(placed[i]) - static_cast<std::int64_t>(target[i]);
+          if (d > excess) excess = d, from = i;
+          if (-d > deficit) deficit = -d, to = i;
+        }
+        if (excess == 0 || deficit == 0) break;
+        const auto pick = pick_object(from, std::min(excess, deficit));
+        if (!pick || moved + pick->second > budget) break;
+        migrate(pick->first, from, to, pick->second);
+        moved += pick->second;
+      }
+      return moved;
+    }
+  }
+
  protected:
-  void init_paths(std::size_t n) { placed_.assign(n, 0); }
+  void init_paths(std::size_t n) {
+    placed_.assign(n, 0);
+    last_.assign(n, {0, 0.0});
+    for (std::size_t i = 0; i < n; ++i) meters_.push_back(std::make_unique<path_meter>());
+  }
 
  private:
   struct slot {
     std::size_t path;
     std::uint64_t bytes;
   };
+
+  // Busy-time throughput of one path, with totals that rebalance() differences per step.
+  class path_meter : public throughput_meter {
+   public:
+    [[nodiscard]] std::pair<std::uint64_t, double> totals() const { return {bytes(), busy_seconds()}; }
+  };
+
+  io_future metered(std::size_t path, std::uint64_t bytes, io_future inner) {
+    auto& m = *meters_[path];
+    m.begin();
+    inner.on_complete([&m, bytes](std::exception_ptr e) { m.end(e ? 0 : bytes); });
+    return inner;
+  }
+
+  std::vector<path_view> snapshot_views() {
+    std::vector<path_view> views;
+    views.reserve(self().path_count());
+    std::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < self().path_count(); ++i)
+      views.push_back(self().visit(i, [&](auto& t) {
+        return path_view{t.descriptor(), t.capacity(), t.used(), placed_[i]};
+      }));
+    return views;
+  }
+
+  // The largest object on `path` no bigger than twice `gap` (so a move never overshoots by more
+  // than half an object), as (name, bytes).
+  std::optional<std::pair<std::string, std::uint64_t>> pick_object(std::size_t path, std::int64_t gap) const {
+    std::lock_guard lock(mutex_);
+    std::optional<std::pair<std::string, std::uint64_t>> best;
+    for (const auto& [name, where] : where_)
+      if (where.path == path && where.bytes > 0 && where.bytes <= 2 * static_cast<std::uint64_t>(gap) &&
+          (!best || where.bytes > best->second))
+        best = std::pair{name, where.bytes};
+    return best;
+  }
+
+  void migrate(const std::string& object, std::size_t from, std::size_t to, std::uint64_t bytes) {
+    std::vector<std::byte> buf(bytes);
+    self().visit(from, [&](auto& t) { t.read(object, 0, buf).get(); });
+    self().visit(to, [&](auto& t) { t.write(object, 0, buf).get(); });
+    {
+      std::lock_guard lock(mutex_);  // readers find it on the new path from here on
+      where_.find(object)->second.path = to;
+      placed_[from] -= bytes;
+      placed_[to] += bytes;
+    }
+    self().visit(from, [&](auto& t) { t.remove(object); });
+  }
 
   Derived& self() { return static_cast<Derived&>(*this); }
   const Derived& self() const { return static_cast<const Derived&>(*this); }
@@ -189,6 +290,23 @@ class multipath_core {
   mutable std::mutex mutex_;
   mutable std::map<std::string, slot, std::less<>> where_;
   mutable std::vector<std::uint64_t> placed_;
+  std::vector<std::unique_ptr<path_meter>> meters_;
+  std::vector<std::pair<std::uint64_t, double>> last_;  // meter totals at the last rebalance()
+};
+
+/// One path of a multipath: built from one argument, or piecewise from a std::tuple of
+/// arguments (tiers are not movable, so they are constructed where they live).
+template <class T>
+struct path_holder {
+  template <class A>
+    requires std::constructible_from<T, A>
+  explicit path_holder(A&& a) : value(std::forward<A>(a)) {}
+  template <class... A>
+    requires(!std::constructible_from<T, std::tuple<A...>>)
+  explicit path_holder(std::tuple<A...>&& args) : path_holder(std::move(args), std::index_sequence_for<A...>{}) {}
+  template <class Tuple, std::size_t... I>
+  path_holder(Tuple&& args, std::index_sequence<I...>) : value(std::get<I>(std::move(args))...) {}
+  T value;
 };
 
 }  // namespace detail
@@ -201,7 +319,8 @@ class multipath : public detail::multipath_core<Placement, multipath<Placement, 
   friend core;
 
  public:
-  /// Each path is constructed from (or, for reference types, bound to) one argument.
+  /// Each path is constructed from one argument or a std::tuple of arguments, or (for reference
+  /// types) bound to one.
   template <class... Args>
     requires(sizeof...(Args) == sizeof...(Tiers))
   explicit multipath(Placement placement, Args&&... paths)
@@ -212,7 +331,7 @@ class multipath : public detail::multipath_core<Placement, multipath<Placement, 
   /// Path i.
   template <std::size_t I>
   [[nodiscard]] auto& path() noexcept {
-    return std::get<I>(paths_);
+    return std::get<I>(paths_).value;
   }
   [[nodiscard]] static constexpr std::size_t path_count() noexcept { return sizeof...(Tiers); }
 
@@ -228,14 +347,14 @@ class multipath : public detail::multipath_core<Placement, multipath<Placement, 
   template <class F, std::size_t First, std::size_t... Rest>
   decltype(auto) visit_impl(std::size_t i, F&& f, std::index_sequence<First, Rest...>) {
     if constexpr (sizeof...(Rest) == 0) {
-      return f(std::get<First>(paths_));
+      return f(std::get<First>(paths_).value);
     } else {
-      if (i == First) return f(std::get<First>(paths_));
+      if (i == First) return f(std::get<First>(paths_).value);
       return visit_impl(i, std::forward<F>(f), std::index_sequence<Rest...>{});
     }
   }
 
-  std::tuple<Tiers...> paths_;
+  std::tuple<detail::path_holder<Tiers>...> paths_;
 };
 
 /// Objects spread over paths chosen at run time.

@@ -37,6 +37,13 @@ class throughput_meter {
     std::lock_guard lock(mutex_);
     return bytes_;
   }
+  /// Total seconds with at least one request in flight.
+  [[nodiscard]] double busy_seconds() const {
+    std::lock_guard lock(mutex_);
+    auto busy = busy_;
+    if (inflight_ > 0) busy += clock::now() - busy_since_;
+    return std::chrono::duration<double>(busy).count();
+  }
 
  private:
   mutable std::mutex mutex_;
