@@ -8,7 +8,11 @@ out=${OUT:-build/gpu-check}
 mkdir -p "$out"
 prefix=()
 [[ -d .carry/usr ]] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.carry/usr" -DCMAKE_LIBRARY_PATH="$PWD/.carry/usr/lib/x86_64-linux-gnu")
-[[ -d .carry/usr ]] && export LD_LIBRARY_PATH="$PWD/.carry/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+if [[ -d .carry/usr ]]; then
+  export LD_LIBRARY_PATH="$PWD/.carry/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  # carry-deps.sh made the carried .pc files relative to their own location.
+  export PKG_CONFIG_PATH="$PWD/.carry/usr/lib/x86_64-linux-gnu/pkgconfig:$PWD/.carry/usr/share/pkgconfig"
+fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   nvcc --version | tail -1
