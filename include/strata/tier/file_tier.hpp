@@ -527,12 +527,16 @@ class file_tier {
   }
 
   void scan_existing() {
-    for (const auto& entry : std::filesystem::directory_iterator(opts_.directory)) {
-      const auto n = entry.path().filename().string();
-      if (n.empty() || n.front() == '.' || !entry.is_regular_file()) continue;
-      const auto sz = entry.file_size();
-      sizes_.emplace(n, sz);
-      used_ += sz;
+    try {
+      for (const auto& entry : std::filesystem::directory_iterator(opts_.directory)) {
+        const auto n = entry.path().filename().string();
+        if (n.empty() || n.front() == '.' || !entry.is_regular_file()) continue;
+        const auto sz = entry.file_size();
+        sizes_.emplace(n, sz);
+        used_ += sz;
+      }
+    } catch (const std::filesystem::filesystem_error& e) {  // a strata::error, naming the path
+      throw io_error("scan", e.path1().empty() ? opts_.directory : e.path1(), e.code().value());
     }
   }
 
