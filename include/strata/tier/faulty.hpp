@@ -103,7 +103,7 @@ class faulty : public detail::adaptor_base<Inner> {
         auto copy = std::make_shared<std::vector<std::byte>>(bytes.begin(), bytes.end());
         if (!copy->empty()) flip((*copy)[f->bit / 8 % copy->size()], f->bit);
         auto fut = this->inner_.write(object, offset, *copy);
-        return keep_until_done(std::move(fut), std::move(copy));
+        return then(std::move(fut), [copy](std::exception_ptr e) { return e; });  // the copy lives until then
       }
     }
     return this->inner_.write(object, offset, bytes);
@@ -121,19 +121,11 @@ class faulty : public detail::adaptor_base<Inner> {
                      io_error("pread (injected short read)", where(object), offset + half, EIO));
       }
       case fault_kind::delay: return delayed(this->inner_.read(object, offset, dst), f->delay);
-      case fault_kind::bit_flip: {
-        io_promise p;
-        auto out = p.get_future();
-        inflight_.add();
-        auto sp = std::make_shared<io_promise>(std::move(p));
-        const std::uint64_t bit = f->bit;
-        this->inner_.read(object, offset, dst).on_complete([this, sp, dst, bit](std::exception_ptr e) {
+      case fault_kind::bit_flip:
+        return then(this->inner_.read(object, offset, dst), [dst, bit = f->bit](std::exception_ptr e) {
           if (!e && !dst.empty()) flip(dst[bit / 8 % dst.size()], bit);
-          sp->complete(e);
-          inflight_.done();
+          return e;
         });
-        return out;
-      }
     }
     return this->inner_.read(object, offset, dst);
   }
@@ -183,18 +175,27 @@ class faulty : public detail::adaptor_base<Inner> {
     return make_ready_io_future(std::make_exception_ptr(std::move(e)));
   }
 
-  // Completes with `err` once `inner` is done (so nothing touches the caller's memory after).
-  template <class E>
-  io_future chain(io_future inner, E err) {
+  // Completes with `f(inner's error)` once `inner` is done, so nothing touches the caller's
+  // memory after the returned future completes.
+  template <class F>
+  io_future then(io_future inner, F f) {
     io_promise p;
     auto out = p.get_future();
     inflight_.add();
     auto sp = std::make_shared<io_promise>(std::move(p));
-    inner.on_complete([this, sp, err = std::move(err)](std::exception_ptr e) {
-      sp->complete(e ? e : std::make_exception_ptr(err));
+    inner.on_complete([this, sp, f = std::move(f)](std::exception_ptr e) mutable {
+      sp->complete(f(std::move(e)));
       inflight_.done();
     });
     return out;
+  }
+
+  // Completes with `err` (or the inner error) once `inner` is done.
+  template <class E>
+  io_future chain(io_future inner, E err) {
+    return then(std::move(inner), [err = std::move(err)](std::exception_ptr e) {
+      return e ? e : std::make_exception_ptr(err);
+    });
   }
 
   io_future delayed(io_future inner, std::chrono::microseconds d) {
@@ -207,19 +208,6 @@ class faulty : public detail::adaptor_base<Inner> {
         sp->complete(e);
         inflight_.done();
       });
-    });
-    return out;
-  }
-
-  template <class Keep>
-  io_future keep_until_done(io_future inner, Keep keep) {
-    io_promise p;
-    auto out = p.get_future();
-    inflight_.add();
-    auto sp = std::make_shared<io_promise>(std::move(p));
-    inner.on_complete([this, sp, keep = std::move(keep)](std::exception_ptr e) {
-      sp->complete(e);
-      inflight_.done();
     });
     return out;
   }

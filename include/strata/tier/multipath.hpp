@@ -266,15 +266,7 @@ class multipath_core {
       }
       return s.path;
     }
-    std::vector<path_view> views;
-    views.reserve(self().path_count());
-    {
-      std::lock_guard lock(mutex_);
-      for (std::size_t i = 0; i < self().path_count(); ++i)
-        views.push_back(self().visit(i, [&](auto& t) {
-          return path_view{t.descriptor(), t.capacity(), t.used(), placed_[i]};
-        }));
-    }
+    const std::vector<path_view> views = snapshot_views();
     std::lock_guard lock(mutex_);  // the policy is stateful: one placement at a time
     if (const auto it = where_.find(object); it != where_.end()) return it->second.path;  // raced: placed meanwhile
     const std::size_t path = placement_.place(object, end, views);
