@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,7 +25,8 @@ constexpr const char* usage =
     "  --params N        parameters (e.g. 1e9, 250M); default 10M\n"
     "  --subgroup N      parameters per subgroup; default 4M\n"
     "  --preset NAME     zero_infinity | mlp_offload | strata; default strata\n"
-    "  --path DIR[@R/W]  a path (repeat); R/W its read/write bandwidth in bytes/s (e.g. 2GB/1.5GB)\n"
+    "  --path DIR[@R/W]  a path (repeat; DIR 'host': host memory); R/W its read/write bandwidth in\n"
+    "                    bytes/s (e.g. 2GB/1.5GB)\n"
     "  --cap             also cap each path to its declared bandwidth (emulation)\n"
     "  --cache SIZE      host cache (mlp_offload, or strata without --budget)\n"
     "  --budget SIZE     host memory budget (strata sizes its cache from it)\n"
@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
       strata::offload_path_config pc;
       const auto at = p.find('@');
       pc.directory = p.substr(0, at);
+      if (pc.directory == "host") pc.directory.clear();  // a path in host memory (emulation, tests)
       if (at != std::string::npos) {
         const auto bw = p.substr(at + 1);
         const auto slash = bw.find('/');
@@ -106,10 +107,13 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // Cheap deterministic values (a normal generator would take longer than a step at 1e9).
     std::vector<float> init(params);
-    std::mt19937 rng(1);
-    std::normal_distribution<float> d(0, 1);
-    for (auto& x : init) x = d(rng);
+    std::uint32_t x = 1;
+    for (auto& p : init) {
+      x = x * 1664525u + 1013904223u;
+      p = static_cast<float>(static_cast<std::int32_t>(x)) * 0x1p-31f;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     auto opt = strata::make_offloaded_adamw(cfg, init);
     const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -125,7 +129,10 @@ int main(int argc, char** argv) {
     init.clear();
     init.shrink_to_fit();
     std::vector<strata::bf16> grads(params);
-    for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = strata::bf16(d(rng) * 1e-3f);
+    for (auto& g : grads) {
+      x = x * 1664525u + 1013904223u;
+      g = strata::bf16(static_cast<float>(static_cast<std::int32_t>(x)) * 0x1p-41f);
+    }
     for (int t = 0; t < steps; ++t) {
       const auto s = opt->step(std::span<const strata::bf16>(grads), 1e-4);
       std::printf("%s\n", s.to_string().c_str());

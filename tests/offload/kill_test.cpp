@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -56,7 +57,9 @@ bool run_and_kill(const std::string& mode, const fs::path& work, std::chrono::mi
   return killed && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
-void check_resume(const fs::path& work) {
+/// Loads the checkpoint, checks it against the in-memory replay, continues 2 steps; returns the
+/// step count the checkpoint held.
+std::uint64_t check_resume(const fs::path& work) {
   strata::host_tier tier(strata::host_tier_options{.name = "resume"});
   strata::offload_options off;
   off.threads = 2;
@@ -74,6 +77,7 @@ void check_resume(const fs::path& work) {
     ref.step(std::span<const strata::bf16>(g), strata_kill::lr(t));
   }
   require_same_state(opt, ref);
+  return k;
 }
 
 }  // namespace
@@ -81,13 +85,17 @@ void check_resume(const fs::path& work) {
 TEST_CASE("SIGKILL during step() or save() leaves a checkpoint that resumes bit-identically") {
   std::mt19937_64 rng(0x5eed);
   for (const std::string mode : {"step", "save"}) {
+    std::uint64_t furthest = 0;
     for (int round = 0; round < 6; ++round) {
       CAPTURE(mode);
       CAPTURE(round);
       temp_dir work(fs::temp_directory_path(), "offload-kill");
       const auto delay = std::chrono::microseconds(std::uniform_int_distribution<int>(0, 150'000)(rng));
       CHECK(run_and_kill(mode, work.path(), delay));
-      check_resume(work.path());
+      const auto k = check_resume(work.path());
+      MESSAGE(mode << " round " << round << ": killed after " << delay.count() << " us, resumed from step " << k);
+      furthest = std::max(furthest, k);
     }
+    CHECK(furthest > 0);  // the kills landed mid-training, not only before the first step
   }
 }
