@@ -17,6 +17,15 @@
 #include "strata/core/trace.hpp"
 #include "strata/core/units.hpp"
 
+#include "strata/offload/checkpoint_manifest.hpp"
+#include "strata/offload/host_budget.hpp"
+#include "strata/offload/make_offloaded_adamw.hpp"
+#include "strata/offload/offload_options.hpp"
+#include "strata/offload/offload_stats.hpp"
+#include "strata/offload/offloaded_adamw.hpp"
+#include "strata/offload/presets.hpp"
+#include "strata/offload/tier_paths.hpp"
+
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
 #include "strata/optim/grad_norm.hpp"

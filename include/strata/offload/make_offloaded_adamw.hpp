@@ -1,0 +1,207 @@
+#pragma once
+/// The run-time form of offloaded_adamw, for tools whose paths and preset come from a command
+/// line or a config file: make_offloaded_adamw(config, params) builds the tier stack (a
+/// dynamic_multipath of file or host paths, each optionally bandwidth-capped and, for
+/// mlp_offload's PFS path, behind a node_limiter) and the preset's optimizer over it, and returns
+/// it behind the any_offloaded_adamw interface. load_offloaded_adamw does the same from a checkpoint.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/core/half.hpp"
+#include "strata/core/trace.hpp"
+#include "strata/offload/offload_options.hpp"
+#include "strata/offload/offload_stats.hpp"
+#include "strata/offload/offloaded_adamw.hpp"
+#include "strata/offload/presets.hpp"
+#include "strata/policy/placement.hpp"
+#include "strata/sync/node_limiter.hpp"
+#include "strata/tier/any_tier.hpp"
+#include "strata/tier/file_tier.hpp"
+#include "strata/tier/host_tier.hpp"
+#include "strata/tier/limited.hpp"
+#include "strata/tier/multipath.hpp"
+#include "strata/tier/throttled.hpp"
+
+namespace strata {
+
+/// One path of a run-time configured optimizer.
+struct offload_path_config {
+  std::filesystem::path directory;  ///< where the objects go; empty: host memory (for tests and demos)
+  std::string name;                 ///< shown in stats; default: the directory (or "host<i>")
+  double read_cap = 0;              ///< bytes/s; > 0 shapes the path with throttled<> (emulates a slower device)
+  double write_cap = 0;             ///< bytes/s; as read_cap
+  double read_bandwidth = 0;        ///< declared speed for placement and the bound (0: the cap, else measured)
+  double write_bandwidth = 0;
+  bool node_limited = false;        ///< requests hold the node-wide limiter (mlp_offload marks its PFS path)
+};
+
+/// Everything make_offloaded_adamw needs.
+struct offloaded_adamw_config {
+  std::string preset = "strata";  ///< "zero_infinity", "mlp_offload" or "strata"
+  std::vector<offload_path_config> paths;
+  adamw_options adamw{};
+  offload_options offload{};      ///< the base the preset adjusts (subgroup size, budget, threads, ...)
+  std::string node_limiter_name = "strata-pfs";
+  std::size_t node_limiter_permits = 1;
+  std::filesystem::path node_limiter_dir{};  ///< empty: default_node_limiter_dir()
+  tracer* trace = nullptr;
+};
+
+/// A run-time configured offloaded_adamw (see offloaded_adamw for each member's contract).
+class any_offloaded_adamw {
+ public:
+  virtual ~any_offloaded_adamw() = default;
+  virtual offload_step_stats step(std::span<const float> grads, double lr) = 0;
+  virtual offload_step_stats step(std::span<const bf16> grads, double lr) = 0;
+  virtual offload_step_stats step(std::span<const fp16> grads, double lr) = 0;
+  virtual void read_master(std::span<float> out) = 0;
+  virtual void read_moments(std::span<float> m, std::span<float> v) = 0;
+  virtual void save(const std::filesystem::path& dir) = 0;
+  virtual void flush() = 0;
+  [[nodiscard]] virtual std::uint64_t step_count() const = 0;
+  [[nodiscard]] virtual offload_stats stats() const = 0;
+  [[nodiscard]] virtual std::size_t size() const = 0;
+  [[nodiscard]] virtual std::string_view preset() const = 0;
+  [[nodiscard]] virtual const offload_options& offload() const = 0;
+};
+
+namespace detail {
+
+inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, node_limiter* limiter) {
+  const bool throttle = p.read_cap > 0 || p.write_cap > 0;
+  const bool limit = p.node_limited && limiter != nullptr;
+  const throttle_options th{p.read_cap, p.write_cap, {}};
+  const double rbw = p.read_bandwidth > 0 ? p.read_bandwidth : p.read_cap;
+  const double wbw = p.write_bandwidth > 0 ? p.write_bandwidth : p.write_cap;
+  if (p.directory.empty()) {
+    host_tier_options ho;
+    ho.name = p.name.empty() ? fmt::format("host{}", index) : p.name;
+    ho.read_bandwidth = rbw;
+    ho.write_bandwidth = wbw;
+    if (throttle && limit) return any_tier::make<limited<throttled<host_tier>, node_limiter>>(*limiter, th, ho);
+    if (throttle) return any_tier::make<throttled<host_tier>>(th, ho);
+    if (limit) return any_tier::make<limited<host_tier, node_limiter>>(*limiter, ho);
+    return any_tier::make<host_tier>(ho);
+  }
+  file_tier_options fo;
+  fo.directory = p.directory;
+  fo.name = p.name;
+  fo.read_bandwidth = rbw;
+  fo.write_bandwidth = wbw;
+  if (throttle && limit) return any_tier::make<limited<throttled<file_tier>, node_limiter>>(*limiter, th, fo);
+  if (throttle) return any_tier::make<throttled<file_tier>>(th, fo);
+  if (limit) return any_tier::make<limited<file_tier, node_limiter>>(*limiter, fo);
+  return any_tier::make<file_tier>(fo);
+}
+
+template <class Preset, class Placement>
+class runtime_offloaded_adamw final : public any_offloaded_adamw {
+ public:
+  using tier_type = dynamic_multipath<Placement>;
+  using optimizer = typename Preset::template optimizer<tier_type>;
+
+  runtime_offloaded_adamw(const offloaded_adamw_config& c, Placement placement)
+      : limiter_(make_limiter(c)), tier_(std::move(placement), make_paths(c, limiter_.get()), "paths") {}
+
+  void create(const offloaded_adamw_config& c, std::span<const float> params) {
+    opt_.emplace(tier_, params, c.adamw, Preset::options(params.size(), c.adamw, c.offload), typename Preset::order{},
+                 typename Preset::eviction{}, c.trace);
+  }
+  void load(const offloaded_adamw_config& c, const std::filesystem::path& dir) {
+    // The preset's options depend on the parameter count, which the checkpoint holds: read it first.
+    const auto probe = optimizer::load_manifest(dir);
+    auto base = c.offload;
+    base.subgroup_elems = static_cast<std::size_t>(probe.subgroup_elems);
+    opt_.emplace(optimizer::load(dir, tier_, Preset::options(probe.params, probe.options, base),
+                                 typename Preset::order{}, typename Preset::eviction{}, c.trace));
+  }
+
+  offload_step_stats step(std::span<const float> g, double lr) override { return opt_->step(g, lr); }
+  offload_step_stats step(std::span<const bf16> g, double lr) override { return opt_->step(g, lr); }
+  offload_step_stats step(std::span<const fp16> g, double lr) override { return opt_->step(g, lr); }
+  void read_master(std::span<float> out) override { opt_->read_master(out); }
+  void read_moments(std::span<float> m, std::span<float> v) override { opt_->read_moments(m, v); }
+  void save(const std::filesystem::path& dir) override { opt_->save(dir); }
+  void flush() override { opt_->flush(); }
+  [[nodiscard]] std::uint64_t step_count() const override { return opt_->step_count(); }
+  [[nodiscard]] offload_stats stats() const override { return opt_->stats(); }
+  [[nodiscard]] std::size_t size() const override { return opt_->size(); }
+  [[nodiscard]] std::string_view preset() const override { return Preset::name; }
+  [[nodiscard]] const offload_options& offload() const override { return opt_->offload(); }
+
+ private:
+  static std::unique_ptr<node_limiter> make_limiter(const offloaded_adamw_config& c) {
+    bool any = false;
+    for (const auto& p : c.paths) any = any || p.node_limited;
+    if (!any) return nullptr;
+    return std::make_unique<node_limiter>(c.node_limiter_name, c.node_limiter_permits, c.node_limiter_dir);
+  }
+  static std::vector<any_tier> make_paths(const offloaded_adamw_config& c, node_limiter* limiter) {
+    std::vector<any_tier> v;
+    for (std::size_t i = 0; i < c.paths.size(); ++i) v.push_back(make_offload_path(c.paths[i], i, limiter));
+    return v;
+  }
+
+  std::unique_ptr<node_limiter> limiter_;  // outlives the paths that hold it
+  tier_type tier_;                          // outlives the optimizer
+  std::optional<optimizer> opt_;
+};
+
+template <class Build>
+std::unique_ptr<any_offloaded_adamw> make_runtime(offloaded_adamw_config c, Build&& build) {
+  STRATA_EXPECTS(!c.paths.empty(), config_error, "make_offloaded_adamw: no paths given");
+  if (c.preset == "zero_infinity") {
+    STRATA_EXPECTS(c.paths.size() == 1, config_error, "make_offloaded_adamw: preset zero_infinity uses one path, got {}",
+                   c.paths.size());
+    auto o = std::make_unique<runtime_offloaded_adamw<presets::zero_infinity, bandwidth_proportional>>(
+        c, bandwidth_proportional{});
+    build(*o, c);
+    return o;
+  }
+  if (c.preset == "mlp_offload") {
+    STRATA_EXPECTS(c.paths.size() == 2, config_error,
+                   "make_offloaded_adamw: preset mlp_offload uses two paths (NVMe, PFS), got {}", c.paths.size());
+    c.paths[1].node_limited = true;
+    auto o = std::make_unique<runtime_offloaded_adamw<presets::mlp_offload, fixed_ratio>>(
+        c, presets::mlp_offload::placement());
+    build(*o, c);
+    return o;
+  }
+  if (c.preset == "strata") {
+    auto o = std::make_unique<runtime_offloaded_adamw<presets::strata_preset, bandwidth_proportional>>(
+        c, bandwidth_proportional{});
+    build(*o, c);
+    return o;
+  }
+  throw config_error(fmt::format("make_offloaded_adamw: unknown preset '{}' (expected zero_infinity, mlp_offload or strata)",
+                                 c.preset));
+}
+
+}  // namespace detail
+
+/// Builds the preset's optimizer over the configured paths, starting from `params`.
+[[nodiscard]] inline std::unique_ptr<any_offloaded_adamw> make_offloaded_adamw(const offloaded_adamw_config& config,
+                                                                                std::span<const float> params) {
+  return detail::make_runtime(config, [&](auto& o, const offloaded_adamw_config& c) { o.create(c, params); });
+}
+
+/// Builds the preset's optimizer over the configured paths from the checkpoint in `dir`.
+[[nodiscard]] inline std::unique_ptr<any_offloaded_adamw> load_offloaded_adamw(const offloaded_adamw_config& config,
+                                                                                const std::filesystem::path& dir) {
+  return detail::make_runtime(config, [&](auto& o, const offloaded_adamw_config& c) { o.load(c, dir); });
+}
+
+}  // namespace strata

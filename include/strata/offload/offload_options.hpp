@@ -1,0 +1,68 @@
+#pragma once
+/// Options of strata::offloaded_adamw that are not AdamW hyper-parameters: how the parameters are
+/// split into subgroups, how much host memory the optimizer may use, and how deep its pipeline is.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/core/thread_pool.hpp"
+#include "strata/tier/tier.hpp"
+
+namespace strata {
+
+/// Where gradients wait between backward and the update.
+enum class gradient_residency : std::uint8_t {
+  host,  ///< in host memory, in the type they arrive in (16-bit stays 16-bit); converted inside the update
+  tier,  ///< widened to fp32 and written to the tier, read back at the update (ZeRO-Infinity's way)
+};
+
+[[nodiscard]] constexpr std::string_view to_string(gradient_residency g) noexcept {
+  return g == gradient_residency::host ? "host" : "tier";
+}
+
+/// Subgroup size, host memory and pipeline of an offloaded_adamw.
+struct offload_options {
+  /// Parameters per subgroup (the unit of transfer and of caching); the last subgroup may be shorter.
+  std::size_t subgroup_elems = std::size_t{1} << 24;
+  /// Host memory for subgroups kept between updates (whole subgroup slots; the remainder is unused).
+  std::uint64_t host_cache_bytes = 0;
+  /// Every byte of host memory the optimizer allocates (cache, pipeline slots, gradient store)
+  /// must fit in this; a budget too small for the pipeline is a config_error at construction.
+  std::uint64_t host_memory_budget = unlimited_capacity;
+  /// Subgroups read ahead of the one being updated (0: read on demand).
+  std::size_t prefetch_depth = 2;
+  /// Updated subgroups whose writes may be in flight at once (at least 1).
+  std::size_t write_behind_depth = 2;
+  /// CPU threads of the update kernel (the calling thread included).
+  std::size_t threads = default_thread_count();
+  /// Where gradients given to accept_gradients (and, with `tier`, to step) wait for the update.
+  gradient_residency gradients = gradient_residency::host;
+  /// Prefix of the tier objects ("<prefix>.sg-<i>"), so that several optimizers can share a tier.
+  std::string object_prefix = "strata";
+
+  /// Throws config_error naming the first invalid value.
+  void validate() const {
+    STRATA_EXPECTS(subgroup_elems > 0, config_error, "offload_options: subgroup_elems must be positive");
+    STRATA_EXPECTS(subgroup_elems <= (std::size_t{1} << 40), config_error,
+                   "offload_options: subgroup_elems {} is too large", subgroup_elems);
+    STRATA_EXPECTS(write_behind_depth >= 1, config_error,
+                   "offload_options: write_behind_depth must be at least 1 (got 0)");
+    STRATA_EXPECTS(prefetch_depth <= 4096 && write_behind_depth <= 4096, config_error,
+                   "offload_options: prefetch_depth {} / write_behind_depth {} above 4096", prefetch_depth,
+                   write_behind_depth);
+    STRATA_EXPECTS(threads >= 1 && threads <= 1024, config_error, "offload_options: threads {} (need 1..1024)",
+                   threads);
+    bool ok = !object_prefix.empty() && object_prefix.size() <= 100 && object_prefix.front() != '.';
+    for (char c : object_prefix)
+      ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                  c == '_' || c == '-');
+    STRATA_EXPECTS(ok, config_error, "offload_options: object_prefix '{}' (use 1-100 of [A-Za-z0-9._-])",
+                   object_prefix);
+  }
+};
+
+}  // namespace strata

@@ -1,0 +1,93 @@
+#pragma once
+/// What one step of strata::offloaded_adamw did and where its time went, with the lower bound of
+/// DESIGN section 2 computed from the paths' bandwidths, so every report carries its own yardstick.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "strata/core/units.hpp"
+#include "strata/tier/tier.hpp"
+
+namespace strata {
+
+/// Traffic of one path (one tier of a multipath, or the whole tier) during a step.
+struct path_traffic {
+  std::string name;
+  double read_bandwidth = 0;   ///< bytes/s from the path's descriptor (0: unknown)
+  double write_bandwidth = 0;  ///< bytes/s from the path's descriptor (0: unknown)
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_written = 0;
+};
+
+/// One step's figures. Times are seconds of the calling thread: waiting for reads, running the
+/// kernel, waiting for writes (to free a slot or at the end of the step), and the whole step.
+struct offload_step_stats {
+  std::uint64_t step = 0;          ///< step_count() after this step
+  std::size_t subgroups = 0;       ///< subgroups updated by this call
+  double read_wait_s = 0;
+  double compute_s = 0;
+  double write_wait_s = 0;
+  double total_s = 0;
+  std::uint64_t cache_hits = 0;    ///< subgroups found in the host cache
+  std::uint64_t cache_misses = 0;  ///< subgroups read from a tier
+  std::uint64_t bytes_read = 0;    ///< state (and fp32 gradients, when they live on the tier) read
+  std::uint64_t bytes_written = 0; ///< state written (gradient writes of backward are not counted here)
+  std::vector<path_traffic> paths;
+  /// DESIGN section 2: max(read / sum of read bandwidths + written / sum of write bandwidths,
+  /// compute_s); 0 when a bandwidth is unknown.
+  double bound_s = 0;
+  /// bound_s / total_s (1 = as fast as the paths allow); 0 when the bound is unknown.
+  double efficiency = 0;
+
+  /// Fills bound_s and efficiency from paths, bytes and times.
+  void compute_bound() {
+    double rbw = 0, wbw = 0;
+    bool known = !paths.empty();
+    for (const auto& p : paths) {
+      known = known && p.read_bandwidth > 0 && p.write_bandwidth > 0;
+      rbw += p.read_bandwidth;
+      wbw += p.write_bandwidth;
+    }
+    if (!known) {
+      bound_s = efficiency = 0;
+      return;
+    }
+    const double io = static_cast<double>(bytes_read) / rbw + static_cast<double>(bytes_written) / wbw;
+    bound_s = std::max(io, compute_s);
+    efficiency = total_s > 0 ? bound_s / total_s : 0;
+  }
+
+  /// One line for logs: "step 3: 12 subgroups, 1.20 s (read wait 0.80, compute 0.30, write wait 0.05),
+  /// read 1.50 GiB, written 1.50 GiB, hits 4 / misses 8, bound 1.10 s, efficiency 0.92".
+  [[nodiscard]] std::string to_string() const {
+    return fmt::format(
+        "step {}: {} subgroups, {:.3f} s (read wait {:.3f}, compute {:.3f}, write wait {:.3f}), read {}, written "
+        "{}, hits {} / misses {}, bound {:.3f} s, efficiency {:.3f}",
+        step, subgroups, total_s, read_wait_s, compute_s, write_wait_s, format_size(bytes_read),
+        format_size(bytes_written), cache_hits, cache_misses, bound_s, efficiency);
+  }
+};
+
+/// Totals since construction.
+struct offload_stats {
+  std::uint64_t steps = 0;
+  offload_step_stats last;          ///< the latest step that completed
+  std::uint64_t cache_hits = 0;
+  std::uint64_t cache_misses = 0;
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_written = 0;
+  std::uint64_t gradient_bytes_written = 0;  ///< fp32 gradients written by accept_gradients (tier residency)
+  std::uint64_t host_memory_used = 0;        ///< bytes the optimizer holds now
+  std::uint64_t host_memory_peak = 0;        ///< most it ever held (never above the budget)
+  std::uint64_t host_memory_budget = 0;
+  std::size_t cache_slots = 0;               ///< subgroups the host cache holds
+  std::size_t pipeline_slots = 0;            ///< prefetch + write-behind + the one being updated
+};
+
+}  // namespace strata

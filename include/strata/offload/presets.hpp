@@ -1,0 +1,123 @@
+#pragma once
+/// Presets: named configurations of the one offloaded_adamw template (not separate code). Each
+/// preset names its eviction policy, update order and placement, and turns a base
+/// offload_options into its own (cache, pipeline depth, where gradients wait):
+///
+///   using P = strata::presets::mlp_offload;
+///   strata::file_tier nvme(nvme_opts);
+///   strata::limited<strata::file_tier, strata::node_limiter> pfs(node_lock, pfs_opts);
+///   P::paths<strata::file_tier, strata::file_tier> tier(P::placement(), nvme, pfs);
+///   P::optimizer<decltype(tier)> opt(tier, params, adamw, P::options(params.size(), adamw, base));
+///
+/// - zero_infinity: ZeRO-Infinity's way, the baseline. One path; fp32 gradients written to the
+///   tier during backward and read back at the update; sequential order; no state kept across
+///   steps; prefetch the next subgroup, write the previous one behind.
+/// - mlp_offload: MLP-Offload (SC'25). Two paths placed 2:1 (NVMe:PFS) round robin, the PFS path
+///   behind a node-wide limiter (one process of the node on the PFS link at a time); alternating
+///   order with the last K subgroups kept in host memory (lru: with an alternating order it
+///   keeps exactly those); 16-bit gradients kept in host memory.
+/// - strata_preset ("strata"): placement proportional to each path's measured or declared
+///   bandwidth, a sweep_aware cache as large as the budget leaves after a deeper pipeline,
+///   16-bit gradients in host memory.
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "strata/offload/offload_options.hpp"
+#include "strata/offload/offloaded_adamw.hpp"
+#include "strata/optim/adamw_math.hpp"
+#include "strata/policy/lru.hpp"
+#include "strata/policy/placement.hpp"
+#include "strata/policy/sweep_aware.hpp"
+#include "strata/policy/update_order.hpp"
+#include "strata/sync/node_limiter.hpp"
+#include "strata/tier/limited.hpp"
+#include "strata/tier/multipath.hpp"
+
+namespace strata::presets {
+
+namespace detail {
+/// Bytes of host memory one subgroup slot takes under `o`.
+[[nodiscard]] inline std::uint64_t slot_footprint(std::size_t params, const adamw_options& a, const offload_options& o) {
+  const std::size_t n = params < o.subgroup_elems ? params : o.subgroup_elems;
+  const std::size_t arrays = (a.amsgrad ? 4 : 3) + (o.gradients == gradient_residency::tier ? 1 : 0);
+  return host_budget::footprint(static_cast<std::uint64_t>(n) * arrays * sizeof(float));
+}
+}  // namespace detail
+
+/// ZeRO-Infinity: see the file comment.
+struct zero_infinity {
+  static constexpr std::string_view name = "zero_infinity";
+  using eviction = lru;  // never consulted: the cache is empty
+  using order = sequential;
+  template <tier Tier>
+  using optimizer = offloaded_adamw<Tier, eviction, order>;
+  /// One path: the tier itself.
+  template <tier Tier>
+  using paths = Tier;
+
+  [[nodiscard]] static offload_options options(std::size_t /*params*/, const adamw_options& /*a*/,
+                                               offload_options base = {}) {
+    base.host_cache_bytes = 0;
+    base.prefetch_depth = 1;
+    base.write_behind_depth = 1;
+    base.gradients = gradient_residency::tier;
+    return base;
+  }
+};
+
+/// MLP-Offload: see the file comment.
+struct mlp_offload {
+  static constexpr std::string_view name = "mlp_offload";
+  using eviction = lru;
+  using order = alternating;
+  template <tier Tier>
+  using optimizer = offloaded_adamw<Tier, eviction, order>;
+  /// NVMe and PFS paths, the PFS one behind a node-wide limiter; both owned by the caller.
+  template <tier Nvme, tier Pfs>
+  using paths = multipath<fixed_ratio, Nvme&, limited<Pfs, node_limiter>&>;
+  /// 2:1 round robin.
+  [[nodiscard]] static fixed_ratio placement() { return fixed_ratio({2, 1}); }
+  /// Subgroups kept across steps (MLP-Offload keeps a few; 2 unless the base gives a cache).
+  static constexpr std::size_t default_kept = 2;
+
+  [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {}) {
+    base.gradients = gradient_residency::host;
+    base.prefetch_depth = 2;
+    base.write_behind_depth = 2;
+    if (base.host_cache_bytes == 0) base.host_cache_bytes = default_kept * detail::slot_footprint(params, a, base);
+    return base;
+  }
+};
+
+/// strata's own choices: see the file comment.
+struct strata_preset {
+  static constexpr std::string_view name = "strata";
+  using eviction = sweep_aware;
+  using order = alternating;
+  template <tier Tier>
+  using optimizer = offloaded_adamw<Tier, eviction, order>;
+  template <tier... Paths>
+  using paths = multipath<bandwidth_proportional, Paths...>;
+  [[nodiscard]] static bandwidth_proportional placement() { return {}; }
+
+  /// Prefetch and write-behind 4 deep; the cache takes what the budget leaves (no cache with an
+  /// unlimited budget: give host_cache_bytes or a budget).
+  [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {}) {
+    base.gradients = gradient_residency::host;
+    base.prefetch_depth = 4;
+    base.write_behind_depth = 4;
+    const std::uint64_t slot = detail::slot_footprint(params, a, base);
+    const std::uint64_t pipeline = (base.prefetch_depth + base.write_behind_depth + 1) * slot;
+    if (base.host_memory_budget != unlimited_capacity && base.host_memory_budget > pipeline) {
+      // Leave room for a 16-bit gradient store of every parameter.
+      const std::uint64_t grads = host_budget::footprint(static_cast<std::uint64_t>(params) * 2);
+      const std::uint64_t left = base.host_memory_budget - pipeline;
+      base.host_cache_bytes = left > grads ? (left - grads) / slot * slot : 0;
+    }
+    return base;
+  }
+};
+
+}  // namespace strata::presets

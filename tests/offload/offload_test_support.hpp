@@ -1,0 +1,85 @@
+#pragma once
+// Shared helpers of the offload tests: an in-memory AdamW reference over one flat array (the
+// optim kernels, nothing else), deterministic parameters and gradients, tier stacks.
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <strata/strata.hpp>
+
+#include "../tier/tier_fixtures.hpp"
+
+namespace strata_test {
+
+/// AdamW on one flat array: the optim kernel of the AdamW issue, called once per step over
+/// every parameter. What offloaded_adamw must equal bit for bit.
+struct flat_reference {
+  std::vector<float> p, m, v, vmax;
+  strata::adamw_options o;
+  std::int64_t steps = 0;
+
+  flat_reference(std::span<const float> init, strata::adamw_options opts)
+      : p(init.begin(), init.end()), m(init.size(), 0.0f), v(init.size(), 0.0f),
+        vmax(opts.amsgrad ? init.size() : 0, 0.0f), o(opts) {}
+
+  template <class G, class H = strata::bf16>
+  void step(std::span<const G> g, double lr, std::span<H> out = {}) {
+    const auto k = strata::make_adamw_step_params(o, ++steps, lr);
+    strata::adamw_update_cpu<G, H>(p, m, v, vmax, g, out, k);
+  }
+};
+
+inline std::vector<float> random_params(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+template <class G>
+std::vector<G> random_grads(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1e-2f);
+  std::vector<G> v(n);
+  for (auto& x : v) x = G(d(rng));
+  return v;
+}
+
+inline bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
+}
+
+/// First index where two float arrays differ bitwise, for messages; size when none.
+inline std::size_t first_difference(std::span<const float> a, std::span<const float> b) {
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
+  return a.size() == b.size() ? a.size() : std::min(a.size(), b.size());
+}
+
+/// Asserts the optimizer's master weights and moments equal the reference's, bit for bit.
+template <class Opt>
+void require_same_state(Opt& opt, const flat_reference& ref) {
+  const std::size_t n = ref.p.size();
+  std::vector<float> p(n), m(n), v(n);
+  opt.read_master(p);
+  opt.read_moments(m, v);
+  INFO("first master difference at " << first_difference(p, ref.p));
+  REQUIRE(same_bits(p, ref.p));
+  INFO("first m difference at " << first_difference(m, ref.m));
+  REQUIRE(same_bits(m, ref.m));
+  INFO("first v difference at " << first_difference(v, ref.v));
+  REQUIRE(same_bits(v, ref.v));
+  if (ref.o.amsgrad) {
+    std::vector<float> vm(n);
+    opt.read_max_exp_avg_sq(vm);
+    REQUIRE(same_bits(vm, ref.vmax));
+  }
+  REQUIRE(opt.step_count() == static_cast<std::uint64_t>(ref.steps));
+}
+
+}  // namespace strata_test

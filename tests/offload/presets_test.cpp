@@ -1,0 +1,163 @@
+// Presets as named configurations of offloaded_adamw, built at run time by make_offloaded_adamw:
+// each is bit-identical to AdamW on one flat array, and each moves the bytes its design says.
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <strata/offload/make_offloaded_adamw.hpp>
+#include <strata/offload/presets.hpp>
+#include <strata/strata.hpp>
+
+#include "offload_test_support.hpp"
+
+namespace {
+
+using namespace strata_test;
+namespace fs = std::filesystem;
+
+strata::offloaded_adamw_config base_config(const fs::path& dir, std::string preset, std::size_t paths) {
+  strata::offloaded_adamw_config c;
+  c.preset = std::move(preset);
+  for (std::size_t i = 0; i < paths; ++i) {
+    strata::offload_path_config p;
+    p.directory = i == 0 ? dir / "nvme" : fs::path();  // a file path and a host path
+    p.name = i == 0 ? "nvme" : "pfs";
+    p.read_bandwidth = p.write_bandwidth = i == 0 ? 2e9 : 1e9;
+    c.paths.push_back(p);
+  }
+  c.offload.subgroup_elems = 500;
+  c.offload.threads = 2;
+  c.node_limiter_dir = dir / "locks";
+  return c;
+}
+
+void run_and_compare(strata::any_offloaded_adamw& opt, flat_reference& ref, int steps, std::uint64_t seed) {
+  for (int t = 0; t < steps; ++t) {
+    const auto g = random_grads<strata::bf16>(ref.p.size(), seed + t);
+    opt.step(std::span<const strata::bf16>(g), 1e-3 * (1 + t));
+    ref.step(std::span<const strata::bf16>(g), 1e-3 * (1 + t));
+    std::vector<float> p(ref.p.size()), m(ref.p.size()), v(ref.p.size());
+    opt.read_master(p);
+    opt.read_moments(m, v);
+    REQUIRE(same_bits(p, ref.p));
+    REQUIRE(same_bits(m, ref.m));
+    REQUIRE(same_bits(v, ref.v));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every preset is bit-identical to AdamW on one flat array") {
+  const std::size_t n = 4321;
+  const auto init = random_params(n, 30);
+  for (const auto& [preset, paths] : {std::pair{"zero_infinity", 1ul}, std::pair{"mlp_offload", 2ul},
+                                      std::pair{"strata", 2ul}, std::pair{"strata", 1ul}}) {
+    CAPTURE(preset);
+    temp_dir dir(fs::temp_directory_path(), "offload-preset");
+    auto c = base_config(dir.path(), preset, paths);
+    c.offload.host_memory_budget = 16 * strata::host_budget::footprint(500 * 16);
+    auto opt = strata::make_offloaded_adamw(c, init);
+    CHECK(opt->preset() == std::string_view(preset));
+    flat_reference ref(init, c.adamw);
+    run_and_compare(*opt, ref, 3, 100);
+    CHECK(opt->stats().host_memory_peak <= c.offload.host_memory_budget);
+  }
+}
+
+TEST_CASE("zero_infinity writes fp32 gradients to the tier and reads them back with the state") {
+  const std::size_t n = 2000;
+  temp_dir dir(fs::temp_directory_path(), "offload-zi");
+  auto opt = strata::make_offloaded_adamw(base_config(dir.path(), "zero_infinity", 1), random_params(n, 31));
+  const auto g = random_grads<strata::bf16>(n, 1);
+  const auto s = opt->step(std::span<const strata::bf16>(g), 1e-3);
+  CHECK(s.cache_hits == 0);
+  CHECK(s.bytes_read == n * 16);  // 12 B of state + 4 B of fp32 gradient per parameter
+  CHECK(s.bytes_written == n * 12);
+  CHECK(opt->stats().gradient_bytes_written == n * 4);
+  CHECK(opt->offload().prefetch_depth == 1);
+  CHECK(opt->offload().write_behind_depth == 1);
+  CHECK(opt->offload().gradients == strata::gradient_residency::tier);
+}
+
+TEST_CASE("mlp_offload places subgroups 2:1 and keeps the last ones of each step in host memory") {
+  const std::size_t n = 6000;  // 12 subgroups of 500
+  temp_dir dir(fs::temp_directory_path(), "offload-mlp");
+  auto opt = strata::make_offloaded_adamw(base_config(dir.path(), "mlp_offload", 2), random_params(n, 32));
+  const auto g = random_grads<strata::bf16>(n, 1);
+  const auto s1 = opt->step(std::span<const strata::bf16>(g), 1e-3);
+  REQUIRE(s1.paths.size() == 2);
+  CHECK(s1.paths[0].bytes_read == 8 * 500 * 12);
+  CHECK(s1.paths[1].bytes_read == 4 * 500 * 12);
+  const auto s2 = opt->step(std::span<const strata::bf16>(g), 1e-3);
+  CHECK(s2.cache_hits == strata::presets::mlp_offload::default_kept);
+  CHECK(s2.bytes_read == (12 - strata::presets::mlp_offload::default_kept) * 500 * 12);
+}
+
+TEST_CASE("the strata preset sizes its cache from the budget; a cache of every subgroup reads nothing after step 1") {
+  const std::size_t n = 5000;  // 10 subgroups
+  temp_dir dir(fs::temp_directory_path(), "offload-strata");
+  auto c = base_config(dir.path(), "strata", 2);
+  const auto slot = strata::host_budget::footprint(500 * 12);
+  c.offload.host_memory_budget = (10 + 9) * slot + strata::host_budget::footprint(n * 2);
+  auto opt = strata::make_offloaded_adamw(c, random_params(n, 33));
+  CHECK(opt->stats().cache_slots == 10);
+  const auto g = random_grads<strata::bf16>(n, 1);
+  opt->step(std::span<const strata::bf16>(g), 1e-3);
+  const auto s2 = opt->step(std::span<const strata::bf16>(g), 1e-3);
+  CHECK(s2.cache_hits == 10);
+  CHECK(s2.bytes_read == 0);
+  CHECK(s2.bytes_written == 0);
+  c.offload.host_memory_budget = (5 + 9) * slot + strata::host_budget::footprint(n * 2);
+  auto half = strata::make_offloaded_adamw(c, random_params(n, 33));
+  CHECK(half->stats().cache_slots == 5);
+}
+
+TEST_CASE("a checkpoint saved under one preset loads under another and continues bit-identically") {
+  const std::size_t n = 3000;
+  const auto init = random_params(n, 34);
+  temp_dir dir(fs::temp_directory_path(), "offload-xpreset");
+  flat_reference ref(init, {});
+  {
+    auto opt = strata::make_offloaded_adamw(base_config(dir.path() / "a", "mlp_offload", 2), init);
+    run_and_compare(*opt, ref, 2, 200);
+    opt->save(dir.path() / "ckpt");
+  }
+  auto opt = strata::load_offloaded_adamw(base_config(dir.path() / "b", "strata", 1), dir.path() / "ckpt");
+  CHECK(opt->step_count() == 2);
+  run_and_compare(*opt, ref, 2, 202);
+}
+
+TEST_CASE("make_offloaded_adamw rejects unknown presets and path counts a preset cannot use") {
+  temp_dir dir(fs::temp_directory_path(), "offload-badcfg");
+  const auto init = random_params(100, 1);
+  CHECK_THROWS_AS(strata::make_offloaded_adamw(base_config(dir.path(), "deepspeed", 1), init), strata::config_error);
+  CHECK_THROWS_AS(strata::make_offloaded_adamw(base_config(dir.path(), "zero_infinity", 2), init), strata::config_error);
+  CHECK_THROWS_AS(strata::make_offloaded_adamw(base_config(dir.path(), "mlp_offload", 1), init), strata::config_error);
+  CHECK_THROWS_AS(strata::make_offloaded_adamw(base_config(dir.path(), "strata", 0), init), strata::config_error);
+}
+
+TEST_CASE("presets compose at compile time from the same template") {
+  temp_dir dir(fs::temp_directory_path(), "offload-static");
+  using P = strata::presets::mlp_offload;
+  strata::node_limiter lock("pfs", 1, dir.path() / "locks");
+  strata::file_tier nvme(file_opts(dir.path() / "nvme", strata::io_backend::automatic, strata::unlimited_capacity));
+  strata::limited<strata::host_tier, strata::node_limiter> pfs(lock, strata::host_tier_options{.name = "pfs"});
+  P::paths<strata::file_tier, strata::host_tier> tier(P::placement(), nvme, pfs);
+  const auto init = random_params(2500, 35);
+  strata::adamw_options ao;
+  P::optimizer<decltype(tier)> opt(tier, init, ao, P::options(init.size(), ao, [] {
+                                     strata::offload_options o;
+                                     o.subgroup_elems = 500;
+                                     return o;
+                                   }()));
+  static_assert(std::is_same_v<decltype(opt), strata::offloaded_adamw<decltype(tier), strata::lru, strata::alternating>>);
+  flat_reference ref(init, ao);
+  const auto g = random_grads<float>(init.size(), 1);
+  opt.step(std::span<const float>(g));
+  ref.step(std::span<const float>(g), ao.lr);
+  require_same_state(opt, ref);
+  CHECK(opt.stats().cache_slots == P::default_kept);
+}
