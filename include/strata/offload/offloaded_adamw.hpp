@@ -28,7 +28,8 @@
 /// held in its slot and written first thing by the next call). Call step again with the same
 /// gradients and learning rate: the subgroups already updated are skipped, and the result is
 /// bit-identical to a step that never failed. A different lr for the retry is a config_error.
-/// Until the step completes, step_count() keeps the old value.
+/// Until the step completes, step_count() keeps the old value, save() refuses (config_error) and
+/// read_master/read_moments show each subgroup as it is (some already updated).
 ///
 /// Not thread-safe: one thread calls at a time (the kernel itself uses `threads` threads).
 ///
