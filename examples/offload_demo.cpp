@@ -26,7 +26,7 @@ constexpr const char* usage =
     "  --subgroup N      parameters per subgroup; default 4M\n"
     "  --preset NAME     zero_infinity | mlp_offload | strata; default strata\n"
     "  --path DIR[@R/W]  a path (repeat; DIR 'host': host memory); R/W its read/write bandwidth in\n"
-    "                    bytes/s (e.g. 2GB/1.5GB)\n"
+    "                    bytes/s (e.g. 2GB/1.5GB); a trailing '!' also caps that path to them\n"
     "  --cap             also cap each path to its declared bandwidth (emulation)\n"
     "  --cache SIZE      host cache (mlp_offload, or strata without --budget)\n"
     "  --budget SIZE     host memory budget (strata sizes its cache from it)\n"
@@ -90,12 +90,14 @@ int main(int argc, char** argv) {
       pc.directory = p.substr(0, at);
       if (pc.directory == "host") pc.directory.clear();  // a path in host memory (emulation, tests)
       if (at != std::string::npos) {
-        const auto bw = p.substr(at + 1);
+        auto bw = p.substr(at + 1);
+        const bool capped = cap || (!bw.empty() && bw.back() == '!');
+        if (!bw.empty() && bw.back() == '!') bw.pop_back();
         const auto slash = bw.find('/');
         if (slash == std::string::npos) fail("bandwidths are READ/WRITE in '" + p + "'");
         pc.read_bandwidth = static_cast<double>(strata::parse_size(bw.substr(0, slash)));
         pc.write_bandwidth = static_cast<double>(strata::parse_size(bw.substr(slash + 1)));
-        if (cap) {
+        if (capped) {
           pc.read_cap = pc.read_bandwidth;
           pc.write_cap = pc.write_bandwidth;
         }

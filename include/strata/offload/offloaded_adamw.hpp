@@ -28,7 +28,8 @@
 /// held in its slot and written first thing by the next call). Call step again with the same
 /// gradients and learning rate: the subgroups already updated are skipped, and the result is
 /// bit-identical to a step that never failed. A different lr for the retry is a config_error.
-/// Until the step completes, step_count() keeps the old value.
+/// Until the step completes, step_count() keeps the old value, save() refuses (config_error) and
+/// read_master/read_moments show each subgroup as it is (some already updated).
 ///
 /// Not thread-safe: one thread calls at a time (the kernel itself uses `threads` threads).
 ///
@@ -526,7 +527,14 @@ class offloaded_adamw {
   }
   std::size_t path_of(std::size_t s) const { return path_of_object(names_[s]); }
 
+  // Issuing may block (a limited<> path waits for a permit on the calling thread): that time is
+  // read wait too.
   void issue_read(std::size_t s, offload_step_stats& st) {
+    const auto t0 = clock::now();
+    issue_read_now(s, st);
+    st.read_wait_s += seconds_since(t0);
+  }
+  void issue_read_now(std::size_t s, offload_step_stats& st) {
     STRATA_ASSERT(!free_.empty() && reading_[s] == npos && writing_[s] == npos && resident_[s] == npos);
     const std::size_t slot = free_.back();
     free_.pop_back();
@@ -575,6 +583,11 @@ class offloaded_adamw {
   }
 
   void issue_write(std::size_t s, std::size_t slot, offload_step_stats* st) {
+    const auto t0 = clock::now();
+    issue_write_now(s, slot, st);
+    if (st != nullptr) st->write_wait_s += seconds_since(t0);  // a limited<> path may block here
+  }
+  void issue_write_now(std::size_t s, std::size_t slot, offload_step_stats* st) {
     writing_[s] = slot;
     write_queue_.push_back(s);
     const auto bytes = state_bytes(s);
@@ -803,7 +816,7 @@ class offloaded_adamw {
             if (reading_[s] == npos) {
               while (free_.empty() && !write_queue_.empty()) finish_write(write_queue_.front(), err);
               STRATA_ASSERT(!free_.empty());
-              issue_read(s, st);
+              issue_read_now(s, st);  // already inside the timed wait
             }
             slot = finish_read(s, err);
           }
