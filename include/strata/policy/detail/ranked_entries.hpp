@@ -58,16 +58,7 @@ class ranked_entries {
   /// Changes the rank of a resident entry; reuses its tree node, so it never allocates.
   void rerank(std::size_t id, rank r) {
     auto it = find(id, "access");
-    entry& e = it->second;
-    if (e.r == r) return;
-    if (e.pins == 0) {
-      auto node = unpinned_.extract({e.r, id});
-      node.value().first = r;
-      unpinned_.insert(std::move(node));
-    } else {
-      e.parked.value().first = r;
-    }
-    e.r = r;
+    set_rank(id, it->second, r);
   }
 
   void pin(std::size_t id) {
@@ -95,16 +86,7 @@ class ranked_entries {
   template <class F>
   void rerank_all(F&& f) {
     for (auto& [id, e] : entries_) {
-      const rank r = f(id, e.r);
-      if (r == e.r) continue;
-      if (e.pins == 0) {
-        auto node = unpinned_.extract({e.r, id});
-        node.value().first = r;
-        unpinned_.insert(std::move(node));
-      } else {
-        e.parked.value().first = r;
-      }
-      e.r = r;
+      set_rank(id, e, f(id, e.r));
     }
   }
 
@@ -114,6 +96,20 @@ class ranked_entries {
     unsigned pins;
     ordered::node_type parked;  // the entry's tree node while it is pinned
   };
+
+  // Moves an entry to rank r, re-using its tree node (no allocation); a pinned entry keeps the
+  // rank in its parked node until it is unpinned.
+  void set_rank(std::size_t id, entry& e, rank r) {
+    if (e.r == r) return;
+    if (e.pins == 0) {
+      auto node = unpinned_.extract({e.r, id});
+      node.value().first = r;
+      unpinned_.insert(std::move(node));
+    } else {
+      e.parked.value().first = r;
+    }
+    e.r = r;
+  }
 
   std::unordered_map<std::size_t, entry>::iterator find(std::size_t id, const char* what) {
     auto it = entries_.find(id);
