@@ -2,6 +2,7 @@
 // checksum bookkeeping, placement, type erasure, and the io_future they are built on.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -41,6 +42,23 @@ TEST_CASE("io_future: continuations run once, when_all carries the first error, 
   strata::io_future orphan;
   { strata::io_promise dropped; orphan = dropped.get_future(); }
   CHECK_THROWS_WITH_AS(orphan.get(), doctest::Contains("destroyed before the request completed"), strata::error);
+}
+
+TEST_CASE("io_future: a waiter wakes only after the continuations registered before completion ran") {
+  for (int round = 0; round < 50; ++round) {
+    strata::io_promise p;
+    auto f = p.get_future();
+    std::atomic<int> counted{0};
+    f.on_complete([&](std::exception_ptr) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // a slow bookkeeping step
+      counted.store(1, std::memory_order_relaxed);
+    });
+    std::thread completer([&] { p.set_value(); });
+    f.get();
+    CHECK(counted.load(std::memory_order_relaxed) == 1);  // what the continuation recorded is visible
+    CHECK(f.ready());
+    completer.join();
+  }
 }
 
 TEST_CASE("a throttled link is shared: concurrent requests take at least bytes / bandwidth together") {

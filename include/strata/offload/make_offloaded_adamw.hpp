@@ -67,6 +67,16 @@ class any_offloaded_adamw {
   virtual offload_step_stats step(std::span<const float> grads, double lr) = 0;
   virtual offload_step_stats step(std::span<const bf16> grads, double lr) = 0;
   virtual offload_step_stats step(std::span<const fp16> grads, double lr) = 0;
+  /// Hands over gradients of parameters [first, first + grads.size()) as backward produces them
+  /// (with the zero_infinity preset they are widened and written to the tier now).
+  virtual void accept_gradients_at(std::size_t first, std::span<const float> grads) = 0;
+  virtual void accept_gradients_at(std::size_t first, std::span<const bf16> grads) = 0;
+  virtual void accept_gradients_at(std::size_t first, std::span<const fp16> grads) = 0;
+  /// One step over the gradients handed to accept_gradients_at.
+  virtual offload_step_stats step(double lr) = 0;
+  /// Each path's name, declared bandwidths and the bytes its completed requests moved since
+  /// construction. Safe to call from another thread while a step runs (to sample throughput).
+  [[nodiscard]] virtual std::vector<path_traffic> path_totals() const = 0;
   virtual void read_master(std::span<float> out) = 0;
   virtual void read_moments(std::span<float> m, std::span<float> v) = 0;
   virtual void save(const std::filesystem::path& dir) = 0;
@@ -114,7 +124,10 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   using optimizer = typename Preset::template optimizer<tier_type>;
 
   runtime_offloaded_adamw(const offloaded_adamw_config& c, Placement placement)
-      : limiter_(make_limiter(c)), tier_(std::move(placement), make_paths(c, limiter_.get()), "paths") {}
+      : limiter_(make_limiter(c)), tier_(std::move(placement), make_paths(c, limiter_.get()), "paths") {
+    // Descriptors are taken once, so path_totals() reads only atomics while a step runs.
+    for (std::size_t i = 0; i < tier_.path_count(); ++i) descriptors_.push_back(tier_.path(i).descriptor());
+  }
 
   void create(const offloaded_adamw_config& c, std::span<const float> params) {
     opt_.emplace(tier_, params, c.adamw, Preset::options(params.size(), c.adamw, c.offload), typename Preset::order{},
@@ -132,6 +145,19 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   offload_step_stats step(std::span<const float> g, double lr) override { return opt_->step(g, lr); }
   offload_step_stats step(std::span<const bf16> g, double lr) override { return opt_->step(g, lr); }
   offload_step_stats step(std::span<const fp16> g, double lr) override { return opt_->step(g, lr); }
+  void accept_gradients_at(std::size_t first, std::span<const float> g) override { opt_->accept_gradients_at(first, g); }
+  void accept_gradients_at(std::size_t first, std::span<const bf16> g) override { opt_->accept_gradients_at(first, g); }
+  void accept_gradients_at(std::size_t first, std::span<const fp16> g) override { opt_->accept_gradients_at(first, g); }
+  offload_step_stats step(double lr) override { return opt_->step(lr); }
+  [[nodiscard]] std::vector<path_traffic> path_totals() const override {
+    const auto done = tier_.completed_bytes();
+    std::vector<path_traffic> v(done.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const auto& d = descriptors_[i];
+      v[i] = {d.name, d.read_bandwidth, d.write_bandwidth, done[i].read, done[i].written};
+    }
+    return v;
+  }
   void read_master(std::span<float> out) override { opt_->read_master(out); }
   void read_moments(std::span<float> m, std::span<float> v) override { opt_->read_moments(m, v); }
   void save(const std::filesystem::path& dir) override { opt_->save(dir); }
@@ -157,6 +183,7 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
 
   std::unique_ptr<node_limiter> limiter_;  // outlives the paths that hold it
   tier_type tier_;                          // outlives the optimizer
+  std::vector<tier_descriptor> descriptors_;
   std::optional<optimizer> opt_;
 };
 

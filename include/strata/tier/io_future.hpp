@@ -6,7 +6,9 @@
 ///
 /// Contract: a continuation runs exactly once, on the thread that completes the request (or on
 /// the registering thread when the request is already complete). It must be short and must not
-/// block on other requests of the same tier; heavy work belongs on a pool.
+/// block on other requests of the same tier; heavy work belongs on a pool. Waiters wake after the
+/// continuations registered before completion have run, so what they record (bytes counted, a
+/// permit released) is visible to whoever sees the request complete.
 
 #include <chrono>
 #include <condition_variable>
@@ -52,7 +54,8 @@ class completion_callback {
 struct io_state {
   std::mutex mutex;
   std::condition_variable cv;
-  bool done = false;
+  bool done = false;     // completed: continuations registered from now on run at once
+  bool settled = false;  // and the earlier continuations have run: waiters may go on
   std::exception_ptr error;
   std::vector<completion_callback> callbacks;
 
@@ -65,8 +68,12 @@ struct io_state {
       error = e;
       cbs.swap(callbacks);
     }
-    cv.notify_all();
     for (auto& cb : cbs) cb(e);
+    {
+      std::lock_guard lock(mutex);
+      settled = true;
+    }
+    cv.notify_all();
   }
 };
 
@@ -86,20 +93,20 @@ class io_future {
   /// Whether the request has completed (successfully or not).
   [[nodiscard]] bool ready() const {
     std::lock_guard lock(state_->mutex);
-    return state_->done;
+    return state_->settled;
   }
 
   /// Blocks until the request completes.
   void wait() const {
     std::unique_lock lock(state_->mutex);
-    state_->cv.wait(lock, [&] { return state_->done; });
+    state_->cv.wait(lock, [&] { return state_->settled; });
   }
 
   /// Blocks up to `timeout`; true if the request completed.
   template <class Rep, class Period>
   [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
     std::unique_lock lock(state_->mutex);
-    return state_->cv.wait_for(lock, timeout, [&] { return state_->done; });
+    return state_->cv.wait_for(lock, timeout, [&] { return state_->settled; });
   }
 
   /// Waits, then rethrows the request's exception if it failed.

@@ -10,6 +10,7 @@
 ///   when the type is a reference (`file_tier&`).
 /// - `dynamic_multipath<Placement>`: paths chosen at run time, as a vector of any_tier.
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +35,12 @@
 
 namespace strata {
 
+/// Bytes one path of a multipath has read and written (completed requests).
+struct path_io_totals {
+  std::uint64_t read = 0;
+  std::uint64_t written = 0;
+};
+
 namespace detail {
 
 /// The logic both multipaths share; Derived provides path_count() and visit(i, f).
@@ -45,7 +52,8 @@ class multipath_core {
   io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     try {
       const std::size_t path = locate_or_place(object, offset + bytes.size());
-      return metered(path, bytes.size(), self().visit(path, [&](auto& t) { return t.write(object, offset, bytes); }));
+      return metered(path, bytes.size(), true,
+                     self().visit(path, [&](auto& t) { return t.write(object, offset, bytes); }));
     } catch (...) {
       return make_ready_io_future(std::current_exception());
     }
@@ -55,7 +63,8 @@ class multipath_core {
     try {
       const auto path = locate(object);
       if (!path) throw out_of_range_error(name_, object, offset, dst.size(), std::nullopt);
-      return metered(*path, dst.size(), self().visit(*path, [&](auto& t) { return t.read(object, offset, dst); }));
+      return metered(*path, dst.size(), false,
+                     self().visit(*path, [&](auto& t) { return t.read(object, offset, dst); }));
     } catch (...) {
       return make_ready_io_future(std::current_exception());
     }
@@ -138,6 +147,16 @@ class multipath_core {
     return bw;
   }
 
+  /// Bytes each path has moved by completed requests since construction, per direction. Safe to
+  /// call while requests run (a sampler thread can chart throughput per path over time).
+  [[nodiscard]] std::vector<path_io_totals> completed_bytes() const {
+    std::vector<path_io_totals> v;
+    v.reserve(meters_.size());
+    for (const auto& m : meters_)
+      v.push_back({m->read.load(std::memory_order_relaxed), m->written.load(std::memory_order_relaxed)});
+    return v;
+  }
+
   /// Between steps, for placements that re-plan (`adaptive`): feeds them what each path moved
   /// since the last call, then migrates objects (read, write elsewhere, remove) towards the new
   /// plan, at most the policy's byte bound. Call it only while no request is in flight.
@@ -188,16 +207,22 @@ class multipath_core {
     std::uint64_t bytes;
   };
 
-  // Busy-time throughput of one path, with totals that rebalance() differences per step.
+  // Busy-time throughput of one path, with totals that rebalance() differences per step, and
+  // completed bytes per direction.
   class path_meter : public throughput_meter {
    public:
     [[nodiscard]] std::pair<std::uint64_t, double> totals() const { return {bytes(), busy_seconds()}; }
+    std::atomic<std::uint64_t> read{0};
+    std::atomic<std::uint64_t> written{0};
   };
 
-  io_future metered(std::size_t path, std::uint64_t bytes, io_future inner) {
+  io_future metered(std::size_t path, std::uint64_t bytes, bool write, io_future inner) {
     auto& m = *meters_[path];
     m.begin();
-    inner.on_complete([&m, bytes](std::exception_ptr e) { m.end(e ? 0 : bytes); });
+    inner.on_complete([&m, bytes, write](std::exception_ptr e) {
+      m.end(e ? 0 : bytes);
+      if (!e) (write ? m.written : m.read).fetch_add(bytes, std::memory_order_relaxed);
+    });
     return inner;
   }
 
