@@ -1,14 +1,6 @@
 # Runs a command and checks both its exit code and its output, for command-line error paths:
 #   cmake -DEXPECT_RC=2 "-DEXPECT_OUTPUT=regex" -P expect_exit.cmake -- <command> [args...]
-set(cmd "")
-set(after_dashes FALSE)
-foreach(i RANGE ${CMAKE_ARGC})
-  if(after_dashes)
-    list(APPEND cmd "${CMAKE_ARGV${i}}")
-  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
-    set(after_dashes TRUE)
-  endif()
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/command_after_dashes.cmake)
 execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT "${rc}" STREQUAL "${EXPECT_RC}")
   message(FATAL_ERROR "expected exit code ${EXPECT_RC}, got ${rc}\nstdout: ${out}\nstderr: ${err}")

@@ -21,26 +21,6 @@
 namespace strata::bench {
 namespace {
 
-using clk = std::chrono::steady_clock;
-
-template <class Tier>
-double timed_pass(Tier& t, bool write, std::span<std::byte> data, std::uint64_t object_bytes) {
-  const auto t0 = clk::now();
-  std::vector<io_future> fs;
-  for (std::uint64_t off = 0, i = 0; off < data.size(); off += object_bytes, ++i) {
-    const auto n = std::min<std::uint64_t>(object_bytes, data.size() - off);
-    const auto name = fmt::format("bench-{}", i);
-    fs.push_back(write ? t.write(name, 0, data.subspan(off, n)) : t.read(name, 0, data.subspan(off, n)));
-  }
-  wait_all(fs);
-  return std::chrono::duration<double>(clk::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 int run(args& a) {
   const std::filesystem::path dir = a.get_or("path", "strata-bench-io");
   const auto size = a.size("size", parse_size("1GiB"));

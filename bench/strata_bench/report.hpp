@@ -1,17 +1,19 @@
 #pragma once
-// Small helpers that every subcommand's output shares: a flat JSON object for --json, and the
-// same-run memory-copy bandwidth that CPU-side figures are compared with.
+// Small helpers that the subcommands share: a JSON object for --json, timed tier passes and
+// medians, and the same-run memory-copy bandwidth that CPU-side figures are compared with.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <future>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
+#include <strata/tier/io_future.hpp>
 #include <strata/core/aligned_buffer.hpp>
 #include <strata/core/thread_pool.hpp>
 
@@ -28,6 +30,13 @@ class json_object {
   json_object& add(std::string_view key, std::string_view v) { return raw(key, quote(v)); }
   json_object& add(std::string_view key, const char* v) { return add(key, std::string_view(v)); }
   json_object& add(std::string_view key, bool v) { return raw(key, v ? "true" : "false"); }
+  json_object& add(std::string_view key, const json_object& v) { return raw(key, v.str()); }
+  /// An array of already-serialized JSON values.
+  json_object& add_array(std::string_view key, const std::vector<std::string>& values) {
+    std::string a = "[";
+    for (std::size_t i = 0; i < values.size(); ++i) a += (i ? ", " : "") + values[i];
+    return raw(key, a + "]");
+  }
   [[nodiscard]] std::string str() const { return "{" + body_ + "}"; }
 
  private:
@@ -50,6 +59,28 @@ class json_object {
   }
   std::string body_;
 };
+
+/// Writes (or reads) `data` as objects of `object_bytes` ("bench-<i>") through `t`, all requests
+/// in flight at once; returns the seconds it took.
+template <class Tier>
+double timed_pass(Tier& t, bool write, std::span<std::byte> data, std::uint64_t object_bytes) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<io_future> fs;
+  for (std::uint64_t off = 0, i = 0; off < data.size(); off += object_bytes, ++i) {
+    const auto n = std::min<std::uint64_t>(object_bytes, data.size() - off);
+    const auto name = fmt::format("bench-{}", i);
+    fs.push_back(write ? t.write(name, 0, data.subspan(off, n)) : t.read(name, 0, data.subspan(off, n)));
+  }
+  wait_all(fs);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// The median (upper middle for an even count); 0 for none.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 /// Result of a memory-copy bandwidth measurement.
 struct copy_bandwidth {

@@ -1,0 +1,618 @@
+// strata-bench step: end-to-end optimizer steps of strata::offloaded_adamw under each preset
+// (zero_infinity, mlp_offload, strata) over the same paths, with where the time went, the bytes
+// each path moved, the lower bound of DESIGN section 2 and, with --compare, each preset's speedup
+// over zero_infinity measured in the same process with the presets interleaved.
+//
+// One measured iteration of a preset = the gradient hand-over of backward (accept_gradients_at,
+// one subgroup at a time: a host copy, or ZeRO-Infinity's fp32 write to the tier) + step(). The
+// gradient hand-over is part of the iteration because it is what ZeRO-Infinity pays in backward
+// and what keeping 16-bit gradients in host memory saves (DESIGN section 1, technique 4).
+//
+// A path is DIR[:READ[:WRITE]]. READ/WRITE (bytes per second, e.g. 1GB, 500MB) cap the path with
+// the throttled adaptor, to emulate a PFS link or an object store on one machine; WRITE defaults
+// to READ. Every path is also probed (O_DIRECT write then read of --probe bytes) before the
+// runs, so the bound uses bandwidths measured in the same run: the probe's, or the cap when lower.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <strata/core/aligned_buffer.hpp>
+#include <strata/core/half.hpp>
+#include <strata/core/thread_pool.hpp>
+#include <strata/core/trace.hpp>
+#include <strata/core/units.hpp>
+#include <strata/offload/host_budget.hpp>
+#include <strata/offload/make_offloaded_adamw.hpp>
+#include <strata/tier/file_tier.hpp>
+
+#include "cli.hpp"
+#include "report.hpp"
+
+namespace strata::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using clk = std::chrono::steady_clock;
+
+double since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
+
+/// One --path.
+struct path_spec {
+  fs::path dir;
+  std::string name;
+  double read_cap = 0, write_cap = 0;        // bytes/s; 0: uncapped
+  double probe_read = 0, probe_write = 0;    // bytes/s measured before the runs (0: not probed)
+  [[nodiscard]] double read_bw() const { return effective(read_cap, probe_read); }
+  [[nodiscard]] double write_bw() const { return effective(write_cap, probe_write); }
+  static double effective(double cap, double probed) {
+    if (cap > 0 && probed > 0) return std::min(cap, probed);
+    return cap > 0 ? cap : probed;
+  }
+};
+
+path_spec parse_path(const std::string& text, std::size_t index) {
+  path_spec p;
+  const auto colon = text.find(':');
+  p.dir = text.substr(0, colon);
+  if (p.dir.empty()) throw usage_error(fmt::format("step: --path '{}' has no directory", text));
+  p.name = index == 0 ? "path0" : fmt::format("path{}", index);
+  if (colon != std::string::npos) {
+    const std::string rest = text.substr(colon + 1);
+    const auto c2 = rest.find(':');
+    try {
+      p.read_cap = static_cast<double>(parse_size(rest.substr(0, c2)));
+      p.write_cap = c2 == std::string::npos ? p.read_cap : static_cast<double>(parse_size(rest.substr(c2 + 1)));
+    } catch (const config_error& e) {
+      throw usage_error(fmt::format("step: --path '{}': {} (expected DIR[:READ[:WRITE]], e.g. /pfs/x:1GB:800MB)", text,
+                                    e.what()));
+    }
+    if (p.read_cap <= 0 || p.write_cap <= 0)
+      throw usage_error(fmt::format("step: --path '{}': bandwidths must be positive", text));
+  }
+  return p;
+}
+
+/// O_DIRECT write-then-read of `bytes` under `dir` (median of `reps`), as `strata-bench io` does.
+void probe(path_spec& p, std::uint64_t bytes, int reps) {
+  file_tier_options o;
+  o.directory = p.dir / ".probe";
+  o.name = "probe";
+  direct_io_buffer data(bytes, buffer_init::zeroed);
+  for (std::uint64_t i = 0; i < bytes; i += 4096) data.data()[i] = static_cast<std::byte>(i >> 12);
+  const std::uint64_t object = std::min<std::uint64_t>(bytes, 64u << 20);
+  std::vector<double> w, r;
+  {
+    file_tier t(o);
+    for (int k = 0; k < reps; ++k) {
+      w.push_back(static_cast<double>(bytes) / timed_pass(t, true, data.bytes(), object));
+      r.push_back(static_cast<double>(bytes) / timed_pass(t, false, data.bytes(), object));
+    }
+    for (std::uint64_t off = 0, i = 0; off < bytes; off += object, ++i) t.remove(fmt::format("bench-{}", i));
+  }
+  std::error_code ec;
+  fs::remove(o.directory, ec);
+  p.probe_write = median(w);
+  p.probe_read = median(r);
+}
+
+/// Figures of one measured iteration of one preset.
+struct iteration {
+  double total_s = 0;  // grads_s + step
+  double grads_s = 0;
+  double read_wait_s = 0, compute_s = 0, write_wait_s = 0, other_s = 0;
+  std::uint64_t cache_hits = 0, cache_misses = 0;
+  std::vector<std::uint64_t> path_read, path_written;  // completed bytes per path, gradients included
+  double bound_s = 0, duplex_bound_s = 0;
+};
+
+/// One preset under test: its optimizer and its paths (indices into the --path list).
+struct runner {
+  std::string preset;
+  std::vector<std::size_t> paths;
+  std::unique_ptr<any_offloaded_adamw> opt;
+  double setup_s = 0;
+  std::vector<iteration> iters;
+};
+
+/// Cumulative bytes of each path of the running preset, sampled over time (for the throughput chart).
+struct sample {
+  double t;
+  std::size_t preset;
+  std::vector<std::uint64_t> read, written;
+};
+
+/// Samples the running preset's per-path totals every `period`; also draws the progress line.
+class sampler {
+ public:
+  sampler(std::chrono::milliseconds period, clk::time_point t0, tracer* trace, bool progress)
+      : period_(period), t0_(t0), trace_(trace), progress_(progress), thread_([this] { loop(); }) {}
+  ~sampler() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    if (progress_) std::fprintf(stderr, "\r\033[K");
+  }
+  void running(runner* r, std::size_t index, std::string status) {
+    std::lock_guard lock(mutex_);
+    current_ = r;
+    index_ = index;
+    status_ = std::move(status);
+    if (r != nullptr) take_locked();
+  }
+  std::vector<sample> samples() {
+    std::lock_guard lock(mutex_);
+    return samples_;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      cv_.wait_for(lock, period_, [&] { return stop_; });
+      if (stop_) break;
+      if (current_ != nullptr) take_locked();
+      if (progress_) draw_locked();
+    }
+  }
+  void take_locked() {
+    const auto totals = current_->opt->path_totals();
+    sample s{since(t0_), index_, {}, {}};
+    for (const auto& p : totals) {
+      s.read.push_back(p.bytes_read);
+      s.written.push_back(p.bytes_written);
+    }
+    if (trace_ != nullptr && !samples_.empty() && samples_.back().preset == index_ &&
+        samples_.back().read.size() == s.read.size()) {
+      const auto& prev = samples_.back();
+      const double dt = s.t - prev.t;
+      for (std::size_t i = 0; dt > 0 && i < totals.size(); ++i) {
+        trace_->counter(fmt::format("{} {} read GB/s", current_->preset, totals[i].name),
+                        static_cast<double>(s.read[i] - prev.read[i]) / dt / 1e9);
+        trace_->counter(fmt::format("{} {} write GB/s", current_->preset, totals[i].name),
+                        static_cast<double>(s.written[i] - prev.written[i]) / dt / 1e9);
+      }
+    }
+    samples_.push_back(std::move(s));
+  }
+  void draw_locked() {
+    std::fprintf(stderr, "\r\033[K[%6.1f s] %s", since(t0_), status_.c_str());
+    std::fflush(stderr);
+  }
+
+  std::chrono::milliseconds period_;
+  clk::time_point t0_;
+  tracer* trace_;
+  bool progress_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  runner* current_ = nullptr;
+  std::size_t index_ = 0;
+  std::string status_;
+  std::vector<sample> samples_;
+  std::thread thread_;  // last: starts after every member above exists
+};
+
+template <class G>
+std::vector<G> make_grads(std::uint64_t n) {
+  // Cheap deterministic values of gradient size (a normal generator would take longer than a step).
+  std::vector<G> g(n);
+  std::uint32_t x = 7;
+  for (auto& v : g) {
+    x = x * 1664525u + 1013904223u;
+    v = G(static_cast<float>(static_cast<std::int32_t>(x)) * 0x1p-41f);
+  }
+  return g;
+}
+
+template <class G>
+iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgroup, double lr) {
+  iteration it;
+  const auto before = r.opt->path_totals();
+  const auto t0 = clk::now();
+  // Backward hands gradients over as it produces them, one subgroup at a time.
+  for (std::size_t first = 0; first < grads.size(); first += subgroup)
+    r.opt->accept_gradients_at(first, grads.subspan(first, std::min(subgroup, grads.size() - first)));
+  it.grads_s = since(t0);
+  const auto st = r.opt->step(lr);
+  it.total_s = since(t0);
+  it.read_wait_s = st.read_wait_s;
+  it.compute_s = st.compute_s;
+  it.write_wait_s = st.write_wait_s;
+  it.other_s = std::max(0.0, it.total_s - it.grads_s - it.read_wait_s - it.compute_s - it.write_wait_s);
+  it.cache_hits = st.cache_hits;
+  it.cache_misses = st.cache_misses;
+  const auto after = r.opt->path_totals();
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    it.path_read.push_back(after[i].bytes_read - before[i].bytes_read);
+    it.path_written.push_back(after[i].bytes_written - before[i].bytes_written);
+  }
+  return it;
+}
+
+/// DESIGN section 2 over the whole iteration (gradient writes included), from the bandwidths of
+/// the preset's paths; also the full-duplex form, max(read time, write time), for links that
+/// read and write at once.
+void fill_bounds(iteration& it, const runner& r, const std::vector<path_spec>& paths) {
+  double rbw = 0, wbw = 0, rb = 0, wb = 0;
+  for (std::size_t k = 0; k < r.paths.size(); ++k) {
+    rbw += paths[r.paths[k]].read_bw();
+    wbw += paths[r.paths[k]].write_bw();
+    rb += static_cast<double>(it.path_read[k]);
+    wb += static_cast<double>(it.path_written[k]);
+  }
+  if (rbw <= 0 || wbw <= 0) return;
+  it.bound_s = std::max(rb / rbw + wb / wbw, it.compute_s);
+  it.duplex_bound_s = std::max({rb / rbw, wb / wbw, it.compute_s});
+}
+
+struct summary {
+  double total = 0, lo = 0, hi = 0, grads = 0, read_wait = 0, compute = 0, write_wait = 0, other = 0, bound = 0,
+         duplex_bound = 0;
+  std::vector<double> path_read, path_written;  // bytes, median
+};
+
+summary summarize(const runner& r) {
+  summary s;
+  auto med = [&](auto field) {
+    std::vector<double> v;
+    for (const auto& it : r.iters) v.push_back(field(it));
+    return median(v);
+  };
+  s.total = med([](const iteration& i) { return i.total_s; });
+  s.lo = s.hi = r.iters.front().total_s;
+  for (const auto& it : r.iters) s.lo = std::min(s.lo, it.total_s), s.hi = std::max(s.hi, it.total_s);
+  s.grads = med([](const iteration& i) { return i.grads_s; });
+  s.read_wait = med([](const iteration& i) { return i.read_wait_s; });
+  s.compute = med([](const iteration& i) { return i.compute_s; });
+  s.write_wait = med([](const iteration& i) { return i.write_wait_s; });
+  s.other = med([](const iteration& i) { return i.other_s; });
+  s.bound = med([](const iteration& i) { return i.bound_s; });
+  s.duplex_bound = med([](const iteration& i) { return i.duplex_bound_s; });
+  for (std::size_t k = 0; k < r.paths.size(); ++k) {
+    s.path_read.push_back(med([k](const iteration& i) { return static_cast<double>(i.path_read[k]); }));
+    s.path_written.push_back(med([k](const iteration& i) { return static_cast<double>(i.path_written[k]); }));
+  }
+  return s;
+}
+
+constexpr const char* usage_text =
+    "[--params 200M] [--subgroup 8M] [--cache BYTES|25%] [--path DIR[:READ[:WRITE]]]... "
+    "[--preset zero_infinity|mlp_offload|strata|all] [--iters 3] [--warmup 1] [--compare] "
+    "[--grad bf16|fp16|fp32] [--threads N] [--probe 512MiB] [--json FILE] [--trace FILE] [--keep]\n"
+    "\n"
+    "  --params N      parameters (2e9, 500M, ...); fp32 state is 12 bytes each\n"
+    "  --subgroup N    parameters per subgroup (the unit of transfer and caching)\n"
+    "  --cache C       host cache of mlp_offload and strata: bytes (2GiB) or a share of the subgroups\n"
+    "                  (25%, the default)\n"
+    "  --path DIR[:READ[:WRITE]]\n"
+    "                  a path (repeat; the first is the node-local one, the only one zero_infinity uses);\n"
+    "                  READ/WRITE in bytes/s cap it (throttled) to emulate a PFS or object store\n"
+    "  --preset P      which presets run (all: those the path count allows; mlp_offload needs two)\n"
+    "  --compare       run the presets interleaved in one process and print speedups over zero_infinity\n"
+    "  --iters N       measured iterations per preset (figures are medians, with min-max)\n"
+    "  --warmup N      unmeasured iterations per preset first\n"
+    "  --grad T        gradient type handed over by backward (16-bit stays in host memory, except\n"
+    "                  zero_infinity, which writes fp32 to the tier)\n"
+    "  --threads N     update kernel threads (default: all CPUs)\n"
+    "  --probe BYTES   size of the O_DIRECT write+read probe of each path before the runs (0: none;\n"
+    "                  then the bound uses the caps only)\n"
+    "  --json FILE     every figure, every iteration and the per-path byte timeline (bench/plot.py)\n"
+    "  --trace FILE    Chrome trace (ui.perfetto.dev): step phases and per-path GB/s counters\n"
+    "  --keep          keep the state files (under DIR/strata-bench-step/)";
+
+std::string gb(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
+
+std::vector<std::string> numbers(const std::vector<std::uint64_t>& v) {
+  std::vector<std::string> out;
+  for (const auto b : v) out.push_back(fmt::format("{}", b));
+  return out;
+}
+
+template <class G>
+int run_typed(args& a) {
+  const auto params = a.count("params", parse_count("200M"));
+  const auto subgroup = a.count("subgroup", parse_count("8M"));
+  const auto cache_opt = a.get("cache");
+  auto path_args = a.get_all("path");
+  const auto preset_arg = a.choice("preset", {"zero_infinity", "mlp_offload", "strata", "all"}, "all");
+  const auto iters = a.count("iters", 3);
+  const auto warmup = a.count("warmup", 1);
+  const bool compare = a.flag("compare");
+  const auto threads = a.count("threads", default_thread_count());
+  const auto probe_bytes = a.size("probe", parse_size("512MiB"));
+  const auto json_path = a.get("json");
+  const auto trace_path = a.get("trace");
+  const bool keep = a.flag("keep");
+  (void)a.get("grad");  // consumed by run()
+  a.finish();
+  if (params == 0 || subgroup == 0) throw usage_error("step: --params and --subgroup must be positive");
+  if (iters == 0 || iters > 1000 || warmup > 1000) throw usage_error("step: --iters must be 1..1000, --warmup 0..1000");
+  if (threads == 0 || threads > 1024) throw usage_error("step: --threads must be 1..1024");
+  if (path_args.empty()) throw usage_error("step: give at least one --path DIR[:READ[:WRITE]]");
+  const std::uint64_t state_bytes = params * 12;
+  const std::uint64_t subgroups = (params + subgroup - 1) / subgroup;
+  std::uint64_t cache_bytes = 0;
+  {
+    // BYTES, or P% of the subgroups (whole subgroups, rounded down).
+    const std::string text = cache_opt.value_or("25%");
+    try {
+      if (!text.empty() && text.back() == '%') {
+        const double pct = std::stod(text.substr(0, text.size() - 1));
+        if (!(pct >= 0 && pct <= 100)) throw std::invalid_argument("percentage");
+        // Whole slots as the optimizer allocates them (a slot is page-rounded).
+        cache_bytes = static_cast<std::uint64_t>(static_cast<double>(subgroups) * pct / 100.0) *
+                      host_budget::footprint(std::min(subgroup, params) * 12);
+      } else {
+        cache_bytes = parse_size(text);
+      }
+    } catch (const std::exception&) {
+      throw usage_error(fmt::format("step: --cache '{}' (expected a size like 2GiB or a share like 25%)", text));
+    }
+  }
+
+  std::vector<path_spec> paths;
+  for (std::size_t i = 0; i < path_args.size(); ++i) paths.push_back(parse_path(path_args[i], i));
+  if (paths.size() >= 2) paths[0].name = "nvme", paths[1].name = "pfs";
+
+  std::vector<std::string> presets;
+  if (preset_arg == "all") {
+    presets.push_back("zero_infinity");
+    if (paths.size() == 2) presets.push_back("mlp_offload");
+    presets.push_back("strata");
+  } else {
+    if (compare && preset_arg != "zero_infinity") presets.push_back("zero_infinity");  // the baseline
+    presets.push_back(preset_arg);
+  }
+  if (std::find(presets.begin(), presets.end(), "mlp_offload") != presets.end() && paths.size() != 2)
+    throw usage_error(fmt::format("step: preset mlp_offload needs exactly two paths (NVMe, PFS), got {}", paths.size()));
+
+  const bool progress = isatty(STDERR_FILENO) != 0;
+  const auto t0 = clk::now();
+  std::unique_ptr<tracer> trace;
+  if (trace_path) trace = std::make_unique<tracer>();
+
+  fmt::print("step: {} parameters ({} of fp32 state), subgroups of {} ({} of them), {} gradients, cache {}, "
+             "{} kernel threads\n",
+             params, format_size(state_bytes), subgroup, subgroups,
+             std::is_same_v<G, float> ? "fp32" : std::is_same_v<G, bf16> ? "bf16" : "fp16", format_size(cache_bytes),
+             threads);
+  for (auto& p : paths) {
+    fs::create_directories(p.dir);
+    if (probe_bytes > 0) {
+      if (progress) fmt::print(stderr, "\rprobing {} ...", p.dir.string());
+      probe(p, probe_bytes, 3);
+    }
+    fmt::print("  path {} = {}: cap {}, probe ({}) {}; used for the bound: read {:.2f}, write {:.2f} GB/s\n", p.name,
+               p.dir.string(),
+               p.read_cap > 0 ? fmt::format("{:.2f}/{:.2f} GB/s", p.read_cap / 1e9, p.write_cap / 1e9) : "none",
+               format_size(probe_bytes),
+               p.probe_read > 0 ? fmt::format("read {:.2f}, write {:.2f} GB/s", p.probe_read / 1e9, p.probe_write / 1e9)
+                                : "not run",
+               p.read_bw() / 1e9, p.write_bw() / 1e9);
+  }
+
+  // Build every preset's optimizer (each in its own directories), writing the initial state.
+  std::vector<runner> runners;
+  {
+    std::vector<float> init(params);
+    std::uint32_t x = 1;
+    for (auto& p : init) {
+      x = x * 1664525u + 1013904223u;
+      p = static_cast<float>(static_cast<std::int32_t>(x)) * 0x1p-31f;
+    }
+    for (const auto& name : presets) {
+      runner r;
+      r.preset = name;
+      offloaded_adamw_config c;
+      c.preset = name;
+      c.offload.subgroup_elems = static_cast<std::size_t>(subgroup);
+      c.offload.threads = static_cast<std::size_t>(threads);
+      c.offload.host_cache_bytes = name == "zero_infinity" ? 0 : cache_bytes;
+      c.offload.object_prefix = name;
+      c.node_limiter_dir = paths[0].dir / "strata-bench-step" / "locks";
+      c.node_limiter_name = "strata-bench-pfs";
+      c.trace = trace.get();
+      const std::size_t used = name == "zero_infinity" ? 1 : paths.size();
+      for (std::size_t k = 0; k < used; ++k) {
+        offload_path_config pc;
+        pc.directory = paths[k].dir / "strata-bench-step" / name;
+        pc.name = paths[k].name;
+        pc.read_cap = paths[k].read_cap;
+        pc.write_cap = paths[k].write_cap;
+        pc.read_bandwidth = paths[k].read_bw();
+        pc.write_bandwidth = paths[k].write_bw();
+        c.paths.push_back(pc);
+        r.paths.push_back(k);
+      }
+      if (progress) fmt::print(stderr, "\r\033[Kwriting the initial state of {} ...", name);
+      const auto ts = clk::now();
+      r.opt = make_offloaded_adamw(c, init);
+      r.setup_s = since(ts);
+      const auto st = r.opt->stats();
+      fmt::print("  {}: initial state written in {:.1f} s; cache {} subgroups, pipeline {} slots, host memory {}\n",
+                 name, r.setup_s, st.cache_slots, st.pipeline_slots, format_size(st.host_memory_used));
+      runners.push_back(std::move(r));
+    }
+  }
+  if (progress) fmt::print(stderr, "\r\033[K");
+  std::fflush(stdout);
+
+  const auto grads = make_grads<G>(params);
+  const std::span<const G> g(grads);
+  std::vector<sample> timeline;
+  {
+    sampler smp(std::chrono::milliseconds(100), t0, trace.get(), progress);
+    const auto one = [&](std::size_t i, std::uint64_t k, bool measured) {
+      smp.running(&runners[i], i,
+                  fmt::format("{} {} {}/{}", runners[i].preset, measured ? "iteration" : "warm-up",
+                              measured ? k + 1 : k + 1, measured ? iters : warmup));
+      auto it = run_iteration(runners[i], g, static_cast<std::size_t>(subgroup), 1e-4);
+      smp.running(nullptr, i, "");
+      if (measured) {
+        fill_bounds(it, runners[i], paths);
+        runners[i].iters.push_back(std::move(it));
+      }
+    };
+    if (compare) {
+      for (std::uint64_t k = 0; k < warmup; ++k)
+        for (std::size_t i = 0; i < runners.size(); ++i) one(i, k, false);
+      for (std::uint64_t k = 0; k < iters; ++k)
+        for (std::size_t i = 0; i < runners.size(); ++i) one(i, k, true);
+    } else {
+      for (std::size_t i = 0; i < runners.size(); ++i) {
+        for (std::uint64_t k = 0; k < warmup; ++k) one(i, k, false);
+        for (std::uint64_t k = 0; k < iters; ++k) one(i, k, true);
+      }
+    }
+    timeline = smp.samples();
+  }
+
+  // The table.
+  std::vector<summary> sums;
+  for (const auto& r : runners) sums.push_back(summarize(r));
+  const auto base = std::find_if(runners.begin(), runners.end(), [](const runner& r) { return r.preset == "zero_infinity"; });
+  const bool ratios = compare && base != runners.end();
+  std::vector<double> speedup(runners.size(), 0), speed_lo(runners.size(), 0), speed_hi(runners.size(), 0);
+  if (ratios) {
+    // Per measured round (the presets ran back to back), then the median over rounds.
+    const auto& b = *base;
+    for (std::size_t i = 0; i < runners.size(); ++i) {
+      std::vector<double> v;
+      for (std::size_t k = 0; k < runners[i].iters.size(); ++k)
+        v.push_back(b.iters[k].total_s / runners[i].iters[k].total_s);
+      speedup[i] = median(v);
+      speed_lo[i] = *std::min_element(v.begin(), v.end());
+      speed_hi[i] = *std::max_element(v.begin(), v.end());
+    }
+  }
+  fmt::print("\n{} measured iterations per preset{}, after {} warm-up; medians (min-max); GB = 1e9 bytes\n", iters,
+             compare ? ", presets interleaved" : "", warmup);
+  std::string head = fmt::format("{:<14} {:>20} {:>6} {:>9} {:>8} {:>10} {:>6}", "preset", "step s", "grads",
+                                 "read wait", "compute", "write wait", "other");
+  for (const auto& p : paths) head += fmt::format(" {:>13}", p.name + " GB r/w");
+  head += fmt::format(" {:>7} {:>5}", "bound s", "eff");
+  if (ratios) head += fmt::format(" {:>20}", "vs zero_infinity");
+  fmt::print("{}\n{}\n", head, std::string(head.size(), '-'));
+  for (std::size_t i = 0; i < runners.size(); ++i) {
+    const auto& s = sums[i];
+    std::string line = fmt::format("{:<14} {:>20} {:>6.2f} {:>9.2f} {:>8.2f} {:>10.2f} {:>6.2f}", runners[i].preset,
+                                   fmt::format("{:.2f} ({:.2f}-{:.2f})", s.total, s.lo, s.hi), s.grads, s.read_wait,
+                                   s.compute, s.write_wait, s.other);
+    for (std::size_t k = 0; k < paths.size(); ++k) {
+      const auto pos = std::find(runners[i].paths.begin(), runners[i].paths.end(), k);
+      if (pos == runners[i].paths.end()) {
+        line += fmt::format(" {:>13}", "-");
+      } else {
+        const auto j = static_cast<std::size_t>(pos - runners[i].paths.begin());
+        line += fmt::format(" {:>13}", gb(s.path_read[j]) + "/" + gb(s.path_written[j]));
+      }
+    }
+    line += s.bound > 0 ? fmt::format(" {:>7.2f} {:>5.2f}", s.bound, s.bound / s.total) : fmt::format(" {:>7} {:>5}", "-", "-");
+    if (ratios)
+      line += fmt::format(" {:>20}", fmt::format("{:.2f}x ({:.2f}-{:.2f})", speedup[i], speed_lo[i], speed_hi[i]));
+    fmt::print("{}\n", line);
+  }
+  fmt::print("bound: DESIGN section 2, read bytes / sum of read bandwidths + written bytes / sum of write bandwidths\n"
+             "(gradient writes of backward included); eff = bound / step. A link that reads and writes at once can\n"
+             "beat it (eff > 1); the full-duplex bound max(read time, write time) is in --json as duplex_bound_s.\n");
+
+  if (json_path) {
+    json_object j;
+    j.add("command", "step").add("params", params).add("subgroup", subgroup).add("cache_bytes", cache_bytes);
+    j.add("grad", std::is_same_v<G, float> ? "fp32" : std::is_same_v<G, bf16> ? "bf16" : "fp16");
+    j.add("iters", iters).add("warmup", warmup).add("compare", compare).add("threads", threads);
+    std::vector<std::string> pj;
+    for (const auto& p : paths) {
+      json_object o;
+      o.add("name", p.name).add("dir", p.dir.string()).add("read_cap", p.read_cap).add("write_cap", p.write_cap);
+      o.add("probe_read", p.probe_read).add("probe_write", p.probe_write);
+      o.add("read_bw", p.read_bw()).add("write_bw", p.write_bw());
+      pj.push_back(o.str());
+    }
+    j.add_array("paths", pj);
+    std::vector<std::string> rj;
+    for (std::size_t i = 0; i < runners.size(); ++i) {
+      const auto& r = runners[i];
+      const auto& s = sums[i];
+      json_object o;
+      o.add("preset", r.preset).add("setup_s", r.setup_s);
+      std::vector<std::string> used;
+      for (const auto k : r.paths) used.push_back(fmt::format("\"{}\"", paths[k].name));
+      o.add_array("paths", used);
+      o.add("step_s", s.total).add("step_min_s", s.lo).add("step_max_s", s.hi);
+      o.add("grads_s", s.grads).add("read_wait_s", s.read_wait).add("compute_s", s.compute);
+      o.add("write_wait_s", s.write_wait).add("other_s", s.other);
+      o.add("bound_s", s.bound).add("duplex_bound_s", s.duplex_bound);
+      o.add("efficiency", s.bound > 0 ? s.bound / s.total : 0.0);
+      if (ratios)
+        o.add("speedup_vs_zero_infinity", speedup[i]).add("speedup_min", speed_lo[i]).add("speedup_max", speed_hi[i]);
+      std::vector<std::string> its;
+      for (const auto& it : r.iters) {
+        json_object x;
+        x.add("step_s", it.total_s).add("grads_s", it.grads_s).add("read_wait_s", it.read_wait_s);
+        x.add("compute_s", it.compute_s).add("write_wait_s", it.write_wait_s).add("other_s", it.other_s);
+        x.add("cache_hits", it.cache_hits).add("cache_misses", it.cache_misses);
+        x.add("bound_s", it.bound_s).add("duplex_bound_s", it.duplex_bound_s);
+        x.add_array("path_bytes_read", numbers(it.path_read)).add_array("path_bytes_written", numbers(it.path_written));
+        its.push_back(x.str());
+      }
+      o.add_array("iterations", its);
+      rj.push_back(o.str());
+    }
+    j.add_array("presets", rj);
+    std::vector<std::string> tl;
+    for (const auto& s : timeline) {
+      json_object x;
+      x.add("t", s.t).add("preset", runners[s.preset].preset);
+      x.add_array("read", numbers(s.read)).add_array("written", numbers(s.written));
+      tl.push_back(x.str());
+    }
+    j.add_array("timeline", tl);
+    std::ofstream out(*json_path);
+    out << j.str() << "\n";
+    out.close();
+    if (!out) throw io_error("write --json", *json_path, errno);
+    fmt::print("wrote {}\n", *json_path);
+  }
+  if (trace) {
+    trace->write_chrome_trace(*trace_path);
+    fmt::print("wrote {} (open in ui.perfetto.dev)\n", *trace_path);
+  }
+  runners.clear();  // closes the tiers before their directories go
+  if (!keep)
+    for (const auto& p : paths) fs::remove_all(p.dir / "strata-bench-step");
+  return 0;
+}
+
+int run(args& a) {
+  const auto grad = a.choice("grad", {"bf16", "fp16", "fp32"}, "bf16");
+  if (grad == "fp32") return run_typed<float>(a);
+  if (grad == "fp16") return run_typed<fp16>(a);
+  return run_typed<bf16>(a);
+}
+
+const registration reg{{"step", "end-to-end offloaded AdamW steps per preset, phases, bytes per path, bound",
+                        usage_text, &run}};
+
+}  // namespace
+}  // namespace strata::bench

@@ -1,0 +1,10 @@
+# For `cmake -P script.cmake -- <command> [args...]` scripts: sets `cmd` to the command after "--".
+set(cmd "")
+set(after_dashes FALSE)
+foreach(i RANGE ${CMAKE_ARGC})
+  if(after_dashes)
+    list(APPEND cmd "${CMAKE_ARGV${i}}")
+  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
+    set(after_dashes TRUE)
+  endif()
+endforeach()

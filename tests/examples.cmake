@@ -1,0 +1,32 @@
+# Runs of examples/quickstart and examples/train_mlp (short settings).
+# expect_exit.cmake checks the exit code and the output together (PASS_REGULAR_EXPRESSION alone
+# would ignore the exit code, which train_mlp uses to report a loss that did not fall).
+set(strata_examples_dir ${CMAKE_CURRENT_BINARY_DIR}/examples-run)
+
+# quickstart: four steps over two directories; from step 2 on the host cache serves some subgroups.
+add_test(NAME strata_example_quickstart_runs
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0 "-DEXPECT_OUTPUT=step 4: 8 subgroups.*hits [1-9]" -P
+                 ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:quickstart>
+                 ${strata_examples_dir}/quickstart/nvme ${strata_examples_dir}/quickstart/pfs)
+
+# train_mlp: the loss falls (else exit 1) and the offloaded run ends bit-identical to the in-memory one.
+add_test(NAME strata_example_train_mlp_runs
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0 "-DEXPECT_OUTPUT=epoch 4: loss .*bit-identical to in-memory AdamW: yes"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:train_mlp> --samples 512 --epochs 4
+                 --threads 2 --path ${strata_examples_dir}/train_mlp/a --path ${strata_examples_dir}/train_mlp/b)
+string(JOIN ".*" strata_train_mlp_options --layers --hidden --inputs --outputs --samples --batch --epochs --lr
+       --weight-decay --subgroup --cache --path --threads --seed --keep --help)
+add_test(NAME strata_example_train_mlp_lists_options
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0 "-DEXPECT_OUTPUT=${strata_train_mlp_options}" -P
+                 ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:train_mlp> --help)
+# Usage errors: exit code 2 and exactly one line ('.' is its newline).
+add_test(NAME strata_example_train_mlp_rejects_unknown_option
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2 "-DEXPECT_OUTPUT=^train_mlp: unknown option --epoch \\(see --help\\).$"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:train_mlp> --epoch 3)
+add_test(NAME strata_example_train_mlp_rejects_bad_number
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2 "-DEXPECT_OUTPUT=^train_mlp: --batch: invalid count \"6x4\"[^\n]*.$"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:train_mlp> --batch 6x4)
+
+set_tests_properties(strata_example_quickstart_runs strata_example_train_mlp_runs strata_example_train_mlp_lists_options
+                     strata_example_train_mlp_rejects_unknown_option strata_example_train_mlp_rejects_bad_number
+                     PROPERTIES LABELS example)
