@@ -52,7 +52,9 @@ def phases_chart(d, plt, out):
         ax.text(left[i], i, "  " + note, va="center", fontsize=9)
         if p["bound_s"] > 0:
             ax.plot([p["bound_s"]] * 2, [i - 0.4, i + 0.4], color="black", linestyle="--", linewidth=1,
-                    label="bound (DESIGN 2)" if i == 0 else None)
+                    label="bound (DESIGN 2: read + write time)" if i == 0 else None)
+            ax.plot([p["duplex_bound_s"]] * 2, [i - 0.4, i + 0.4], color="black", linestyle=":", linewidth=1.5,
+                    label="full-duplex bound (max of read, write time)" if i == 0 else None)
     ax.invert_yaxis()
     ax.set_xlabel("seconds per iteration (median)")
     ax.set_xlim(0, max(max(left), max(p["bound_s"] for p in presets)) * 1.3)
@@ -63,7 +65,7 @@ def phases_chart(d, plt, out):
     plt.close(fig)
 
 
-def paths_chart(d, plt, out):
+def paths_chart(d, plt, out, window):
     tl = d["timeline"]
     names = [p["name"] for p in d["paths"]]
     fig, ax = plt.subplots(figsize=(10, 4))
@@ -75,8 +77,7 @@ def paths_chart(d, plt, out):
                        zorder=0)
             start = i
     # A request's bytes count when it completes (a whole subgroup at once), so rates are taken
-    # over a sliding window of `window` samples within one preset's span.
-    window = 5
+    # over a sliding window of `window` seconds within one preset's span.
     seen = set()
     for k, name in enumerate(names):
         for direction, style in (("read", "-"), ("written", ":")):
@@ -88,7 +89,10 @@ def paths_chart(d, plt, out):
                     xs.append(tl[i]["t"])
                     ys.append(float("nan"))  # a gap between presets
                     continue
-                a, b = tl[max(seg, i - window)], tl[i]
+                j = i
+                while j > seg and tl[i]["t"] - tl[j]["t"] < window:
+                    j -= 1
+                a, b = tl[j], tl[i]
                 if k >= len(b[direction]) or b["t"] <= a["t"]:
                     continue
                 xs.append(b["t"])
@@ -100,7 +104,7 @@ def paths_chart(d, plt, out):
             ax.fill_between([], [], color=color, label=preset)
             seen.add(preset)
     ax.set_xlabel("seconds since start")
-    ax.set_ylabel("GB/s (0.5 s sliding window)")
+    ax.set_ylabel(f"GB/s ({window:g} s sliding window)")
     ax.set_title("throughput per path; " + title(d), fontsize=10)
     ax.legend(fontsize=8, ncol=2, loc="upper right")
     fig.tight_layout()
@@ -113,6 +117,8 @@ def main():
     ap.add_argument("json", help="output of strata-bench step --json")
     ap.add_argument("--out", default=".", help="directory for the PNG files")
     ap.add_argument("--prefix", default="step", help="file name prefix")
+    ap.add_argument("--window", type=float, default=1.0,
+                    help="seconds over which path throughput is averaged (a request counts when it completes)")
     a = ap.parse_args()
     try:
         import matplotlib
@@ -126,7 +132,7 @@ def main():
     phases = os.path.join(a.out, f"{a.prefix}_phases.png")
     paths = os.path.join(a.out, f"{a.prefix}_paths.png")
     phases_chart(d, plt, phases)
-    paths_chart(d, plt, paths)
+    paths_chart(d, plt, paths, a.window)
     print(f"wrote {phases} and {paths}")
 
 
