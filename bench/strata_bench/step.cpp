@@ -373,6 +373,11 @@ int run_typed(args& a) {
   std::vector<path_spec> paths;
   for (std::size_t i = 0; i < path_args.size(); ++i) paths.push_back(parse_path(path_args[i], i));
   if (paths.size() >= 2) paths[0].name = "nvme", paths[1].name = "pfs";
+  for (std::size_t i = 0; i < paths.size(); ++i)
+    for (std::size_t k = 0; k < i; ++k)
+      if (fs::weakly_canonical(paths[i].dir) == fs::weakly_canonical(paths[k].dir))
+        throw usage_error(fmt::format("step: --path {} is given twice (each path needs its own directory)",
+                                      paths[i].dir.string()));
 
   std::vector<std::string> presets;
   if (preset_arg == "all") {
@@ -399,8 +404,9 @@ int run_typed(args& a) {
   for (auto& p : paths) {
     fs::create_directories(p.dir);
     if (probe_bytes > 0) {
-      if (progress) fmt::print(stderr, "\rprobing {} ...", p.dir.string());
+      if (progress) fmt::print(stderr, "\r\033[Kprobing {} ...", p.dir.string());
       probe(p, probe_bytes, 3);
+      if (progress) fmt::print(stderr, "\r\033[K");
     }
     fmt::print("  path {} = {}: cap {}, probe ({}) {}; used for the bound: read {:.2f}, write {:.2f} GB/s\n", p.name,
                p.dir.string(),
@@ -448,6 +454,7 @@ int run_typed(args& a) {
       const auto ts = clk::now();
       r.opt = make_offloaded_adamw(c, init);
       r.setup_s = since(ts);
+      if (progress) fmt::print(stderr, "\r\033[K");
       const auto st = r.opt->stats();
       fmt::print("  {}: initial state written in {:.1f} s; cache {} subgroups, pipeline {} slots, host memory {}\n",
                  name, r.setup_s, st.cache_slots, st.pipeline_slots, format_size(st.host_memory_used));
@@ -464,8 +471,8 @@ int run_typed(args& a) {
     sampler smp(std::chrono::milliseconds(100), t0, trace.get(), progress);
     const auto one = [&](std::size_t i, std::uint64_t k, bool measured) {
       smp.running(&runners[i], i,
-                  fmt::format("{} {} {}/{}", runners[i].preset, measured ? "iteration" : "warm-up",
-                              measured ? k + 1 : k + 1, measured ? iters : warmup));
+                  fmt::format("{} {} {}/{}", runners[i].preset, measured ? "iteration" : "warm-up", k + 1,
+                              measured ? iters : warmup));
       auto it = run_iteration(runners[i], g, static_cast<std::size_t>(subgroup), 1e-4);
       smp.running(nullptr, i, "");
       if (measured) {
