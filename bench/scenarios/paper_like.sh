@@ -7,7 +7,7 @@
 #   bench/scenarios/paper_like.sh [BUILD_DIR] [WORK_DIR] [extra strata-bench step options]
 #
 # Environment: PARAMS (1e9), SUBGROUP (16M), NVME_BW (1GB), PFS_BW (500MB), ITERS (3), WARMUP (1),
-# JSON (WORK_DIR/paper_like.json). The disk under WORK_DIR must sustain NVME_BW + PFS_BW each way
+# PROBE (1GiB), JSON (WORK_DIR/paper_like.json). The disk under WORK_DIR must sustain NVME_BW + PFS_BW each way
 # (check with `strata-bench io`), else the caps are not what limits the paths.
 set -euo pipefail
 build=${1:-build/default}
@@ -23,4 +23,4 @@ bench="$build/bench/strata-bench"
 mkdir -p "$work"
 exec "$bench" step --compare --params "$params" --subgroup "$subgroup" --cache 25% --grad bf16 \
   --path "$work/nvme:$nvme_bw" --path "$work/pfs:$pfs_bw" \
-  --iters "${ITERS:-3}" --warmup "${WARMUP:-1}" --json "$json" "$@"
+  --iters "${ITERS:-3}" --warmup "${WARMUP:-1}" --probe "${PROBE:-1GiB}" --json "$json" "$@"

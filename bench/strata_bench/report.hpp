@@ -75,11 +75,12 @@ double timed_pass(Tier& t, bool write, std::span<std::byte> data, std::uint64_t 
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// The median (upper middle for an even count); 0 for none.
+/// The median (the mean of the two middle values for an even count); 0 for none.
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const std::size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 
 /// Result of a memory-copy bandwidth measurement.

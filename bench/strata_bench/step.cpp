@@ -153,6 +153,14 @@ class sampler {
   }
   void running(runner* r, std::size_t index, std::string status) {
     std::lock_guard lock(mutex_);
+    if (current_ != nullptr && r == nullptr) {
+      take_locked();  // the end of the iteration (its last writes) belongs to its preset
+      if (trace_ != nullptr)
+        for (const auto& p : current_->opt->path_totals()) {  // counters drop to 0 while others run
+          trace_->counter(fmt::format("{} {} read GB/s", current_->preset, p.name), 0.0);
+          trace_->counter(fmt::format("{} {} write GB/s", current_->preset, p.name), 0.0);
+        }
+    }
     current_ = r;
     index_ = index;
     status_ = std::move(status);
@@ -255,8 +263,10 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
 void fill_bounds(iteration& it, const runner& r, const std::vector<path_spec>& paths) {
   double rbw = 0, wbw = 0, rb = 0, wb = 0;
   for (std::size_t k = 0; k < r.paths.size(); ++k) {
-    rbw += paths[r.paths[k]].read_bw();
-    wbw += paths[r.paths[k]].write_bw();
+    const auto& p = paths[r.paths[k]];
+    if (p.read_bw() <= 0 || p.write_bw() <= 0) return;  // a path of unknown speed: no bound
+    rbw += p.read_bw();
+    wbw += p.write_bw();
     rb += static_cast<double>(it.path_read[k]);
     wb += static_cast<double>(it.path_written[k]);
   }
@@ -303,7 +313,7 @@ constexpr const char* usage_text =
     "  --params N      parameters (2e9, 500M, ...); fp32 state is 12 bytes each\n"
     "  --subgroup N    parameters per subgroup (the unit of transfer and caching)\n"
     "  --cache C       host cache of mlp_offload and strata: bytes (2GiB) or a share of the subgroups\n"
-    "                  (25%, the default)\n"
+    "                  (25%, the default; mlp_offload keeps at least 2)\n"
     "  --path DIR[:READ[:WRITE]]\n"
     "                  a path (repeat; the first is the node-local one, the only one zero_infinity uses);\n"
     "                  READ/WRITE in bytes/s cap it (throttled) to emulate a PFS or object store\n"
@@ -318,7 +328,7 @@ constexpr const char* usage_text =
     "                  then the bound uses the caps only)\n"
     "  --json FILE     every figure, every iteration and the per-path byte timeline (bench/plot.py)\n"
     "  --trace FILE    Chrome trace (ui.perfetto.dev): step phases and per-path GB/s counters\n"
-    "  --keep          keep the state files (under DIR/strata-bench-step/)";
+    "  --keep          keep the state files (under DIR/strata-bench-step/; removed otherwise, also on failure)";
 
 std::string gb(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
 
@@ -401,8 +411,27 @@ int run_typed(args& a) {
              params, format_size(state_bytes), subgroup, subgroups,
              std::is_same_v<G, float> ? "fp32" : std::is_same_v<G, bf16> ? "bf16" : "fp16", format_size(cache_bytes),
              threads);
+  // The output file is opened now, so a bad --json path fails before the runs, not after.
+  std::optional<std::ofstream> json_out;
+  if (json_path) {
+    json_out.emplace(*json_path);
+    if (!*json_out) throw io_error("open --json", *json_path, errno);
+  }
+  // State files (12 bytes per parameter per preset) never outlive the run unless --keep, also
+  // when it fails; declared before the optimizers, so it runs after they closed their files.
+  struct cleanup {
+    std::vector<fs::path> dirs;
+    bool keep;
+    ~cleanup() {
+      std::error_code ec;
+      for (const auto& d : dirs)
+        if (!keep || d.filename() == ".probe") fs::remove_all(d, ec);
+    }
+  } cleanup{{}, keep};
   for (auto& p : paths) {
     fs::create_directories(p.dir);
+    cleanup.dirs.push_back(p.dir / "strata-bench-step");
+    cleanup.dirs.push_back(p.dir / ".probe");
     if (probe_bytes > 0) {
       if (progress) fmt::print(stderr, "\r\033[Kprobing {} ...", p.dir.string());
       probe(p, probe_bytes, 3);
@@ -517,7 +546,7 @@ int run_typed(args& a) {
   std::string head = fmt::format("{:<14} {:>20} {:>6} {:>9} {:>8} {:>10} {:>6}", "preset", "step s", "grads",
                                  "read wait", "compute", "write wait", "other");
   for (const auto& p : paths) head += fmt::format(" {:>13}", p.name + " GB r/w");
-  head += fmt::format(" {:>7} {:>5}", "bound s", "eff");
+  head += fmt::format(" {:>7} {:>5} {:>10} {:>6}", "bound s", "eff", "fd bound s", "fd eff");
   if (ratios) head += fmt::format(" {:>20}", "vs zero_infinity");
   fmt::print("{}\n{}\n", head, std::string(head.size(), '-'));
   for (std::size_t i = 0; i < runners.size(); ++i) {
@@ -534,14 +563,17 @@ int run_typed(args& a) {
         line += fmt::format(" {:>13}", gb(s.path_read[j]) + "/" + gb(s.path_written[j]));
       }
     }
-    line += s.bound > 0 ? fmt::format(" {:>7.2f} {:>5.2f}", s.bound, s.bound / s.total) : fmt::format(" {:>7} {:>5}", "-", "-");
+    line += s.bound > 0 ? fmt::format(" {:>7.2f} {:>5.2f} {:>10.2f} {:>6.2f}", s.bound, s.bound / s.total, s.duplex_bound,
+                                      s.duplex_bound / s.total)
+                        : fmt::format(" {:>7} {:>5} {:>10} {:>6}", "-", "-", "-", "-");
     if (ratios)
       line += fmt::format(" {:>20}", fmt::format("{:.2f}x ({:.2f}-{:.2f})", speedup[i], speed_lo[i], speed_hi[i]));
     fmt::print("{}\n", line);
   }
-  fmt::print("bound: DESIGN section 2, read bytes / sum of read bandwidths + written bytes / sum of write bandwidths\n"
-             "(gradient writes of backward included); eff = bound / step. A link that reads and writes at once can\n"
-             "beat it (eff > 1); the full-duplex bound max(read time, write time) is in --json as duplex_bound_s.\n");
+  fmt::print("bound (DESIGN section 2): read bytes / sum of the paths' read bandwidths + written bytes / sum of their\n"
+             "write bandwidths, gradient writes of backward included; eff = bound / step. fd bound: the full-duplex\n"
+             "form, max(read time, write time), for links that read and write at once (capped paths do), which can\n"
+             "beat the first (eff > 1) but not this one.\n");
 
   if (json_path) {
     json_object j;
@@ -595,7 +627,7 @@ int run_typed(args& a) {
       tl.push_back(x.str());
     }
     j.add_array("timeline", tl);
-    std::ofstream out(*json_path);
+    auto& out = *json_out;
     out << j.str() << "\n";
     out.close();
     if (!out) throw io_error("write --json", *json_path, errno);
@@ -605,9 +637,6 @@ int run_typed(args& a) {
     trace->write_chrome_trace(*trace_path);
     fmt::print("wrote {} (open in ui.perfetto.dev)\n", *trace_path);
   }
-  runners.clear();  // closes the tiers before their directories go
-  if (!keep)
-    for (const auto& p : paths) fs::remove_all(p.dir / "strata-bench-step");
   return 0;
 }
 

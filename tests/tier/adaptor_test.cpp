@@ -61,6 +61,26 @@ TEST_CASE("io_future: a waiter wakes only after the continuations registered bef
   }
 }
 
+TEST_CASE("io_future: a join made while the request completes waits for the earlier continuations") {
+  strata::io_promise p;
+  auto f = p.get_future();
+  std::promise<void> first_running, join_made;
+  auto join_made_f = join_made.get_future();
+  std::atomic<int> first_done{0};
+  f.on_complete([&](std::exception_ptr) {
+    first_running.set_value();
+    join_made_f.wait();  // the join below is registered while this continuation runs
+    first_done.store(1, std::memory_order_relaxed);
+  });
+  std::thread completer([&] { p.set_value(); });
+  first_running.get_future().wait();
+  auto all = strata::when_all({f});
+  join_made.set_value();
+  all.get();
+  CHECK(first_done.load(std::memory_order_relaxed) == 1);  // seen through the join, too
+  completer.join();
+}
+
 TEST_CASE("a throttled link is shared: concurrent requests take at least bytes / bandwidth together") {
   constexpr double bw = 8.0 * 1024 * 1024;  // 8 MiB/s
   strata::throttled<strata::host_tier> t(strata::throttle_options{bw, bw, 0us}, host("slow"));

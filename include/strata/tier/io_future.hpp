@@ -6,9 +6,10 @@
 ///
 /// Contract: a continuation runs exactly once, on the thread that completes the request (or on
 /// the registering thread when the request is already complete). It must be short and must not
-/// block on other requests of the same tier; heavy work belongs on a pool. Waiters wake after the
-/// continuations registered before completion have run, so what they record (bytes counted, a
-/// permit released) is visible to whoever sees the request complete.
+/// block on other requests of the same tier; heavy work belongs on a pool. Waiters wake after every
+/// continuation has run, so what they record (bytes counted, a permit released) is visible to
+/// whoever sees the request complete, also through when_all. Hence a continuation must never
+/// wait on its own future (or on one that completes only after it): that would deadlock.
 
 #include <chrono>
 #include <condition_variable>
@@ -54,24 +55,31 @@ class completion_callback {
 struct io_state {
   std::mutex mutex;
   std::condition_variable cv;
-  bool done = false;     // completed: continuations registered from now on run at once
-  bool settled = false;  // and the earlier continuations have run: waiters may go on
+  bool done = false;     // completed (a second completion is ignored)
+  bool settled = false;  // and every continuation has run: waiters go on, new ones run at once
   std::exception_ptr error;
   std::vector<completion_callback> callbacks;
 
   void complete(std::exception_ptr e) noexcept {
-    std::vector<completion_callback> cbs;
     {
       std::lock_guard lock(mutex);
       if (done) return;  // a request completes once; later completions are ignored
       done = true;
       error = e;
-      cbs.swap(callbacks);
     }
-    for (auto& cb : cbs) cb(e);
-    {
-      std::lock_guard lock(mutex);
-      settled = true;
+    // Continuations registered while these run (by another thread, or by a continuation) are
+    // queued and run here too, so that every one of them has run before a waiter goes on.
+    for (;;) {
+      std::vector<completion_callback> cbs;
+      {
+        std::lock_guard lock(mutex);
+        if (callbacks.empty()) {
+          settled = true;
+          break;
+        }
+        cbs.swap(callbacks);
+      }
+      for (auto& cb : cbs) cb(e);
     }
     cv.notify_all();
   }
@@ -120,7 +128,7 @@ class io_future {
   template <class F>
   void on_complete(F&& f) const {
     std::unique_lock lock(state_->mutex);
-    if (!state_->done) {
+    if (!state_->settled) {  // also while completing: the completing thread runs it
       state_->callbacks.emplace_back(std::forward<F>(f));
       return;
     }

@@ -147,8 +147,9 @@ class multipath_core {
     return bw;
   }
 
-  /// Bytes each path has moved by completed requests since construction, per direction. Safe to
-  /// call while requests run (a sampler thread can chart throughput per path over time).
+  /// Bytes each path has moved by completed requests issued through this multipath since
+  /// construction, per direction (rebalance()'s migrations are not counted). Safe to call while
+  /// requests run (a sampler thread can chart throughput per path over time).
   [[nodiscard]] std::vector<path_io_totals> completed_bytes() const {
     std::vector<path_io_totals> v;
     v.reserve(meters_.size());
