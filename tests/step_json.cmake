@@ -2,6 +2,8 @@
 #   cmake -DJSON=<file> -P step_json.cmake -- <strata-bench> step ... --json <file>
 include(${CMAKE_CURRENT_LIST_DIR}/command_after_dashes.cmake)
 file(REMOVE "${JSON}")
+get_filename_component(json_dir "${JSON}" DIRECTORY)
+file(MAKE_DIRECTORY "${json_dir}")  # strata-bench opens --json before it creates the paths
 execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "exit code ${rc}\nstdout: ${out}\nstderr: ${err}")
