@@ -50,18 +50,16 @@ int run(args& a) {
   std::vector<double> w, r, rc;
   {
     file_tier t(o);
-    for (std::uint64_t k = 0; k < reps; ++k) {
-      w.push_back(static_cast<double>(size) / timed_pass(t, true, data.bytes(), object) / 1e9);
-      r.push_back(static_cast<double>(size) / timed_pass(t, false, data.bytes(), object) / 1e9);
-    }
-    for (std::uint64_t off = 0, i = 0; off < size; off += object, ++i) t.remove(fmt::format("bench-{}", i));
+    auto rates = write_read_rounds(t, data.bytes(), object, reps);
+    w = std::move(rates.write);
+    r = std::move(rates.read);
   }
   if (checksum) {
     checksummed<file_tier> t(checksum_options{}, o);
     (void)timed_pass(t, true, data.bytes(), object);
     for (std::uint64_t k = 0; k < reps; ++k)
       rc.push_back(static_cast<double>(size) / timed_pass(t, false, data.bytes(), object) / 1e9);
-    for (std::uint64_t off = 0, i = 0; off < size; off += object, ++i) t.remove(fmt::format("bench-{}", i));
+    remove_pass_objects(t, size, object);
   }
   std::error_code ec;
   std::filesystem::remove(dir, ec);  // only if empty: never delete a user's files

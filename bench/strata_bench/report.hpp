@@ -75,6 +75,30 @@ double timed_pass(Tier& t, bool write, std::span<std::byte> data, std::uint64_t 
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// Removes the objects a timed_pass over `bytes` in pieces of `object_bytes` wrote.
+template <class Tier>
+void remove_pass_objects(Tier& t, std::uint64_t bytes, std::uint64_t object_bytes) {
+  for (std::uint64_t off = 0, i = 0; off < bytes; off += object_bytes, ++i) t.remove(fmt::format("bench-{}", i));
+}
+
+/// GB/s (1e9 bytes) of each round's write pass and read pass.
+struct write_read_rates {
+  std::vector<double> write, read;
+};
+
+/// `reps` rounds of a write pass then a read pass of `data` through `t`; removes the objects after.
+template <class Tier>
+write_read_rates write_read_rounds(Tier& t, std::span<std::byte> data, std::uint64_t object_bytes, std::uint64_t reps) {
+  write_read_rates r;
+  const auto gb = static_cast<double>(data.size()) / 1e9;
+  for (std::uint64_t k = 0; k < reps; ++k) {
+    r.write.push_back(gb / timed_pass(t, true, data, object_bytes));
+    r.read.push_back(gb / timed_pass(t, false, data, object_bytes));
+  }
+  remove_pass_objects(t, data.size(), object_bytes);
+  return r;
+}
+
 /// The median (the mean of the two middle values for an even count); 0 for none.
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0;

@@ -96,19 +96,15 @@ void probe(path_spec& p, std::uint64_t bytes, int reps) {
   direct_io_buffer data(bytes, buffer_init::zeroed);
   for (std::uint64_t i = 0; i < bytes; i += 4096) data.data()[i] = static_cast<std::byte>(i >> 12);
   const std::uint64_t object = std::min<std::uint64_t>(bytes, 64u << 20);
-  std::vector<double> w, r;
+  write_read_rates rates;
   {
     file_tier t(o);
-    for (int k = 0; k < reps; ++k) {
-      w.push_back(static_cast<double>(bytes) / timed_pass(t, true, data.bytes(), object));
-      r.push_back(static_cast<double>(bytes) / timed_pass(t, false, data.bytes(), object));
-    }
-    for (std::uint64_t off = 0, i = 0; off < bytes; off += object, ++i) t.remove(fmt::format("bench-{}", i));
+    rates = write_read_rounds(t, data.bytes(), object, static_cast<std::uint64_t>(reps));
   }
   std::error_code ec;
   fs::remove(o.directory, ec);
-  p.probe_write = median(w);
-  p.probe_read = median(r);
+  p.probe_write = median(rates.write) * 1e9;
+  p.probe_read = median(rates.read) * 1e9;
 }
 
 /// Figures of one measured iteration of one preset.
