@@ -4,8 +4,9 @@
 /// Unlike std::future it takes continuations (`on_complete`), which is what lets adaptors
 /// (throttling, limiting, checksumming, multipath) compose without a thread per request.
 ///
-/// Contract: a continuation runs exactly once, on the thread that completes the request (or on
-/// the registering thread when the request is already complete). It must be short and must not
+/// Contract: a continuation runs exactly once, on the thread that completes the request (also
+/// when registered while that thread is completing it), or on the registering thread when the
+/// request had already completed. It must be short and must not
 /// block on other requests of the same tier; heavy work belongs on a pool. Waiters wake after every
 /// continuation has run, so what they record (bytes counted, a permit released) is visible to
 /// whoever sees the request complete, also through when_all. Hence a continuation must never
