@@ -1,6 +1,6 @@
 #pragma once
-/// host_budget: the accounting allocator of offloaded_adamw. Every host buffer the optimizer owns
-/// comes from here, so "host memory never exceeds the budget" is checked at each allocation and
+/// host_budget: the accounting allocator of a subgroup pipeline and offloaded_adamw. Every host
+/// buffer they own comes from here, so "host memory never exceeds the budget" is checked at each allocation and
 /// provable from used()/peak() in tests.
 
 #include <cstddef>

@@ -44,6 +44,16 @@ template <class T>
   }
 }
 
+/// The path of `t` that holds `object`: 0 for a single-path tier, nullopt for an object a
+/// multipath has not placed yet.
+template <class T>
+[[nodiscard]] std::optional<std::size_t> placed_path(const T& t, std::string_view object) {
+  if constexpr (requires { { t.path_of(object) } -> std::same_as<std::optional<std::size_t>>; })
+    return t.path_of(object);
+  else
+    return std::size_t{0};
+}
+
 /// The path of `t` that holds `object` (0 for a single-path tier or an unknown object).
 template <class T>
 [[nodiscard]] std::size_t path_index(const T& t, std::string_view object) {
