@@ -412,9 +412,12 @@ int run(const config& c) {
   // About 12 subgroups by default, each a multiple of 1024 parameters (whole 4 KiB blocks of state).
   const std::size_t subgroup =
       c.subgroup ? c.subgroup : std::max<std::size_t>(1024, (net.params / 12 + 1023) / 1024 * 1024);
-  const std::size_t subgroups = (net.params + subgroup - 1) / subgroup;
+  strata::offload_options layout_options;
+  layout_options.subgroup_elems = subgroup;
+  const auto layout = strata::offload_layout::of(net.params, strata::adamw_options{}, layout_options);
+  const std::size_t subgroups = layout.subgroups();
   // A cache slot holds one subgroup's fp32 master weights, m and v.
-  const std::uint64_t slot = strata::host_budget::footprint(std::min(net.params, subgroup) * 3 * sizeof(float));
+  const std::uint64_t slot = layout.slot_footprint();
   const std::uint64_t cache_bytes = !c.cache_given ? std::max<std::size_t>(1, subgroups / 4) * slot
                                     : c.cache_bytes ? c.cache
                                                     : c.cache * slot;

@@ -27,6 +27,12 @@ add_test(NAME strata_example_train_mlp_rejects_bad_number
          COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2 "-DEXPECT_OUTPUT=^train_mlp: --batch: invalid count \"6x4\"[^\n]*.$"
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:train_mlp> --batch 6x4)
 
-set_tests_properties(strata_example_quickstart_runs strata_example_train_mlp_runs strata_example_train_mlp_lists_options
+# custom_pipeline: an optimizer of its own over the pipeline; exits 1 when its weights are off.
+add_test(NAME strata_example_custom_pipeline_runs
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0 "-DEXPECT_OUTPUT=step 2: 8 updated, 3 cache hits.*expected"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:custom_pipeline>
+                 ${strata_examples_dir}/custom_pipeline)
+
+set_tests_properties(strata_example_custom_pipeline_runs strata_example_quickstart_runs strata_example_train_mlp_runs strata_example_train_mlp_lists_options
                      strata_example_train_mlp_rejects_unknown_option strata_example_train_mlp_rejects_bad_number
                      PROPERTIES LABELS example)

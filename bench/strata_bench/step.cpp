@@ -37,7 +37,7 @@
 #include <strata/core/thread_pool.hpp>
 #include <strata/core/trace.hpp>
 #include <strata/core/units.hpp>
-#include <strata/offload/host_budget.hpp>
+#include <strata/offload/offload_layout.hpp>
 #include <strata/offload/make_offloaded_adamw.hpp>
 #include <strata/tier/file_tier.hpp>
 
@@ -111,7 +111,7 @@ void probe(path_spec& p, std::uint64_t bytes, int reps) {
 struct iteration {
   double total_s = 0;  // grads_s + step
   double grads_s = 0;
-  double read_wait_s = 0, compute_s = 0, write_wait_s = 0, other_s = 0;
+  double read_wait_s = 0, compute_s = 0, write_wait_s = 0, other_s = 0, kernel_s = 0;
   std::uint64_t cache_hits = 0, cache_misses = 0;
   std::vector<std::uint64_t> path_read, path_written;  // completed bytes per path, gradients included
   double bound_s = 0, duplex_bound_s = 0;
@@ -241,6 +241,7 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
   it.total_s = since(t0);
   it.read_wait_s = st.read_wait_s;
   it.compute_s = st.compute_s;
+  it.kernel_s = st.kernel_s;
   it.write_wait_s = st.write_wait_s;
   it.other_s = std::max(0.0, it.total_s - it.grads_s - it.read_wait_s - it.compute_s - it.write_wait_s);
   it.cache_hits = st.cache_hits;
@@ -267,12 +268,13 @@ void fill_bounds(iteration& it, const runner& r, const std::vector<path_spec>& p
     wb += static_cast<double>(it.path_written[k]);
   }
   if (rbw <= 0 || wbw <= 0) return;
-  it.bound_s = std::max(rb / rbw + wb / wbw, it.compute_s);
-  it.duplex_bound_s = std::max({rb / rbw, wb / wbw, it.compute_s});
+  it.bound_s = std::max(rb / rbw + wb / wbw, it.kernel_s);
+  it.duplex_bound_s = std::max({rb / rbw, wb / wbw, it.kernel_s});
 }
 
 struct summary {
-  double total = 0, lo = 0, hi = 0, grads = 0, read_wait = 0, compute = 0, write_wait = 0, other = 0, bound = 0,
+  double total = 0, lo = 0, hi = 0, grads = 0, read_wait = 0, compute = 0, kernel = 0, write_wait = 0, other = 0,
+         bound = 0,
          duplex_bound = 0;
   std::vector<double> path_read, path_written;  // bytes, median
 };
@@ -290,6 +292,7 @@ summary summarize(const runner& r) {
   s.grads = med([](const iteration& i) { return i.grads_s; });
   s.read_wait = med([](const iteration& i) { return i.read_wait_s; });
   s.compute = med([](const iteration& i) { return i.compute_s; });
+  s.kernel = med([](const iteration& i) { return i.kernel_s; });
   s.write_wait = med([](const iteration& i) { return i.write_wait_s; });
   s.other = med([](const iteration& i) { return i.other_s; });
   s.bound = med([](const iteration& i) { return i.bound_s; });
@@ -356,7 +359,10 @@ int run_typed(args& a) {
   if (threads == 0 || threads > 1024) throw usage_error("step: --threads must be 1..1024");
   if (path_args.empty()) throw usage_error("step: give at least one --path DIR[:READ[:WRITE]]");
   const std::uint64_t state_bytes = params * 12;
-  const std::uint64_t subgroups = (params + subgroup - 1) / subgroup;
+  offload_options layout_options;
+  layout_options.subgroup_elems = static_cast<std::size_t>(subgroup);  // host gradients: the cached presets'
+  const auto layout = offload_layout::of(static_cast<std::size_t>(params), adamw_options{}, layout_options);
+  const std::uint64_t subgroups = layout.subgroups();
   std::uint64_t cache_bytes = 0;
   {
     // BYTES, or P% of the subgroups (whole subgroups, rounded down).
@@ -366,8 +372,7 @@ int run_typed(args& a) {
         const double pct = std::stod(text.substr(0, text.size() - 1));
         if (!(pct >= 0 && pct <= 100)) throw std::invalid_argument("percentage");
         // Whole slots as the optimizer allocates them (a slot is page-rounded).
-        cache_bytes = static_cast<std::uint64_t>(static_cast<double>(subgroups) * pct / 100.0) *
-                      host_budget::footprint(std::min(subgroup, params) * 12);
+        cache_bytes = layout.cache_bytes(static_cast<std::size_t>(static_cast<double>(subgroups) * pct / 100.0));
       } else {
         cache_bytes = parse_size(text);
       }
@@ -595,7 +600,7 @@ int run_typed(args& a) {
       for (const auto k : r.paths) used.push_back(fmt::format("\"{}\"", paths[k].name));
       o.add_array("paths", used);
       o.add("step_s", s.total).add("step_min_s", s.lo).add("step_max_s", s.hi);
-      o.add("grads_s", s.grads).add("read_wait_s", s.read_wait).add("compute_s", s.compute);
+      o.add("grads_s", s.grads).add("read_wait_s", s.read_wait).add("compute_s", s.compute).add("kernel_s", s.kernel);
       o.add("write_wait_s", s.write_wait).add("other_s", s.other);
       o.add("bound_s", s.bound).add("duplex_bound_s", s.duplex_bound);
       o.add("efficiency", s.bound > 0 ? s.bound / s.total : 0.0);
@@ -605,7 +610,8 @@ int run_typed(args& a) {
       for (const auto& it : r.iters) {
         json_object x;
         x.add("step_s", it.total_s).add("grads_s", it.grads_s).add("read_wait_s", it.read_wait_s);
-        x.add("compute_s", it.compute_s).add("write_wait_s", it.write_wait_s).add("other_s", it.other_s);
+        x.add("compute_s", it.compute_s).add("kernel_s", it.kernel_s).add("write_wait_s", it.write_wait_s);
+        x.add("other_s", it.other_s);
         x.add("cache_hits", it.cache_hits).add("cache_misses", it.cache_misses);
         x.add("bound_s", it.bound_s).add("duplex_bound_s", it.duplex_bound_s);
         x.add_array("path_bytes_read", numbers(it.path_read)).add_array("path_bytes_written", numbers(it.path_written));

@@ -16,6 +16,13 @@ struct good_limiter {
   void acquire() {}
   bool try_acquire() { return true; }
   bool try_acquire_for(std::chrono::milliseconds) { return true; }
+  strata::completion acquire_async() { return strata::make_ready_completion(); }
+  void release() noexcept {}
+};
+struct blocking_only {  // no way to wait for a unit without blocking a thread
+  void acquire() {}
+  bool try_acquire() { return true; }
+  bool try_acquire_for(std::chrono::milliseconds) { return true; }
   void release() noexcept {}
 };
 struct no_release {  // STYLE.md's example
@@ -45,6 +52,7 @@ static_assert(strata::limiter<good_limiter>);
 static_assert(strata::limiter<strata::counting_limiter>);
 static_assert(strata::limiter<strata::node_limiter>);
 static_assert(!strata::limiter<no_release>);
+static_assert(!strata::limiter<blocking_only>);
 static_assert(!strata::limiter<throwing_release>);
 static_assert(!strata::limiter<untimed>);
 static_assert(!strata::limiter<try_returns_void>);

@@ -124,6 +124,55 @@ TEST_CASE_TEMPLATE("a blocked acquire proceeds when another thread releases", F,
   CHECK(got);
 }
 
+TEST_CASE_TEMPLATE("acquire_async completes at once when a unit is free, else when one is released, oldest first", F,
+                   STRATA_LIMITER_FIXTURES) {
+  F fx(1);
+  auto first = fx.limiter.acquire_async();
+  CHECK(first.wait_for(hang_guard));
+  first.get();
+  std::mutex m;
+  std::vector<int> order;
+  auto second = fx.limiter.acquire_async();
+  auto third = fx.limiter.acquire_async();
+  second.on_complete([&](std::exception_ptr) { std::lock_guard l(m); order.push_back(2); });
+  third.on_complete([&](std::exception_ptr) { std::lock_guard l(m); order.push_back(3); });
+  CHECK_FALSE(second.wait_for(20ms));
+  CHECK_FALSE(fx.limiter.try_acquire());  // queued waiters come before a newcomer
+  fx.limiter.release();
+  REQUIRE(second.wait_for(hang_guard));
+  CHECK_FALSE(third.wait_for(20ms));
+  fx.limiter.release();
+  REQUIRE(third.wait_for(hang_guard));
+  fx.limiter.release();
+  std::lock_guard l(m);
+  CHECK(order == std::vector<int>{2, 3});
+}
+
+TEST_CASE_TEMPLATE("a limiter destroyed while acquire_async waits fails the completion instead of leaving it hanging", F,
+                   STRATA_LIMITER_FIXTURES) {
+  strata::completion waiting;
+  {
+    F fx(1);
+    fx.limiter.acquire();
+    waiting = fx.limiter.acquire_async();
+    CHECK_FALSE(waiting.ready());
+    fx.limiter.release();  // granted to the waiter, which never gives it back: destruction cleans up
+    REQUIRE(waiting.wait_for(hang_guard));
+    waiting = fx.limiter.acquire_async();  // and this one waits when the limiter goes
+  }
+  REQUIRE(waiting.wait_for(hang_guard));
+  CHECK_THROWS_AS(waiting.get(), strata::error);
+}
+
+TEST_CASE("counting_limiter: a try_acquire_for that times out takes its place out of the queue") {
+  strata::counting_limiter l(1);
+  l.acquire();
+  CHECK_FALSE(l.try_acquire_for(5ms));
+  CHECK(l.waiting() == 0);
+  l.release();
+  CHECK(l.available() == 1);  // the unit did not go to the waiter that left
+}
+
 TEST_CASE("counting_limiter rejects a zero cap and reports what is available") {
   CHECK_THROWS_WITH_AS(strata::counting_limiter(0), "counting_limiter: capacity must be at least 1",
                        strata::config_error);

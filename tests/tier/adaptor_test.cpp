@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
+#include <type_traits>
 #include <thread>
 
 #include "tier_fixtures.hpp"
@@ -291,6 +293,52 @@ TEST_CASE("limited works with the node-wide limiter: a second process-level user
   node.release();
   blocked.get();
   CHECK(t.size("y") == 100u);
+}
+
+TEST_CASE("limited never blocks the caller: a request waits for its permit as a completion, first come first served") {
+  for (const bool node_wide : {false, true}) {
+    CAPTURE(node_wide);
+    temp_dir dir;
+    strata::counting_limiter counting(1);
+    strata::node_limiter node(fmt::format("async-{}", ::getpid()), 1, dir.path());
+    auto run = [&](auto& limiter) {
+      strata::limited<strata::host_tier, std::remove_reference_t<decltype(limiter)>> t(limiter, host("pfs"));
+      const auto a = random_bytes(100, 1), b = random_bytes(100, 2);
+      limiter.acquire();  // someone else holds the only permit
+      std::vector<int> done;
+      std::mutex m;
+      auto w1 = t.write("a", 0, a);  // returns at once: this thread never waits for the permit
+      auto w2 = t.write("b", 0, b);
+      w1.on_complete([&](std::exception_ptr) { std::lock_guard l(m); done.push_back(1); });
+      w2.on_complete([&](std::exception_ptr) { std::lock_guard l(m); done.push_back(2); });
+      CHECK_FALSE(w1.wait_for(20ms));
+      CHECK_FALSE(t.size("a").has_value());  // nothing reached the tier yet
+      limiter.release();
+      w1.get();
+      w2.get();
+      std::lock_guard l(m);
+      CHECK(done == std::vector<int>{1, 2});
+      CHECK(t.size("b") == 100u);
+      CHECK(limiter.try_acquire());  // both permits came back
+      limiter.release();
+    };
+    if (node_wide)
+      run(node);
+    else
+      run(counting);
+  }
+}
+
+TEST_CASE("limited over a tier that completes at once serves a long queue without deep recursion") {
+  strata::counting_limiter limiter(1);
+  strata::limited<strata::host_tier, strata::counting_limiter> t(limiter, host("fast"));
+  const auto data = random_bytes(8, 1);
+  limiter.acquire();
+  std::vector<strata::io_future> writes;
+  for (int i = 0; i < 20000; ++i) writes.push_back(t.write(fmt::format("o{}", i), 0, data));
+  limiter.release();  // grants cascade: each one issues a request that completes and grants the next
+  strata::wait_all(writes);
+  CHECK(limiter.available() == 1);
 }
 
 TEST_CASE("adaptive placement converges to a path's new bandwidth, moving a bounded number of bytes per step") {

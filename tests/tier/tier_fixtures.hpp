@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <strata/strata.hpp>
+#include <strata/sync/counting_limiter.hpp>
 
 namespace strata_test {
 
@@ -40,40 +41,48 @@ class temp_dir {
   fs::path path_;
 };
 
-/// A strata::limiter for limited<>: at most `cap` holders; records the highest count seen.
+/// A strata::limiter for limited<>: a counting_limiter of `cap` holders that records the highest
+/// number of holders seen.
 class test_limiter {
  public:
-  explicit test_limiter(int cap) : sem_(cap), cap_(cap) {}
+  explicit test_limiter(int cap) : inner_(static_cast<std::size_t>(cap)), cap_(cap) {}
   void acquire() {
-    sem_.acquire();
+    inner_.acquire();
     note();
   }
+  bool try_acquire() {
+    if (!inner_.try_acquire()) return false;
+    note();
+    return true;
+  }
+  template <class Rep, class Period>
+  bool try_acquire_for(std::chrono::duration<Rep, Period> t) {
+    if (!inner_.try_acquire_for(t)) return false;
+    note();
+    return true;
+  }
+  strata::completion acquire_async() {
+    auto c = inner_.acquire_async();
+    c.on_complete([this](std::exception_ptr e) {  // registered first: runs before the caller's
+      if (!e) note();
+    });
+    return c;
+  }
+  void release() noexcept {
+    holders_.fetch_sub(1);
+    inner_.release();
+  }
+  [[nodiscard]] int high_water() const { return high_.load(); }
+  [[nodiscard]] int cap() const { return cap_; }
+
+ private:
   void note() {
     const int now = holders_.fetch_add(1) + 1;
     int seen = high_.load();
     while (now > seen && !high_.compare_exchange_weak(seen, now)) {
     }
   }
-  bool try_acquire() {
-    if (!sem_.try_acquire()) return false;
-    note();
-    return true;
-  }
-  template <class Rep, class Period>
-  bool try_acquire_for(std::chrono::duration<Rep, Period> t) {
-    if (!sem_.try_acquire_for(t)) return false;
-    note();
-    return true;
-  }
-  void release() noexcept {
-    holders_.fetch_sub(1);
-    sem_.release();
-  }
-  [[nodiscard]] int high_water() const { return high_.load(); }
-  [[nodiscard]] int cap() const { return cap_; }
-
- private:
-  std::counting_semaphore<1024> sem_;
+  strata::counting_limiter inner_;
   int cap_;
   std::atomic<int> holders_{0};
   std::atomic<int> high_{0};

@@ -122,6 +122,15 @@ class integrity_error : public error {
   std::shared_ptr<const info> info_;
 };
 
+/// Work on a stream (a copy, a host task, a kernel) failed, or was skipped because earlier work
+/// on its stream failed. Names the stream and the operation.
+/// what(): "stream 'h2d': copy_to_device #3 of 1048576 bytes: injected fault".
+class stream_error : public error {
+ public:
+  stream_error(std::string_view stream, std::string_view operation, std::string_view reason)
+      : error(fmt::format("stream '{}': {}: {}", stream, operation, reason)) {}
+};
+
 /// A CUDA runtime call failed. Defined without CUDA headers so that catch sites compile anywhere.
 /// what(): "cudaMemcpyAsync(dst, src, n, kind, s) failed at tier.hpp:42: cudaErrorInvalidValue
 /// (invalid argument)".

@@ -33,10 +33,16 @@ struct offload_options {
   /// Every byte of host memory the optimizer allocates (cache, pipeline slots, gradient store)
   /// must fit in this; a budget too small for the pipeline is a config_error at construction.
   std::uint64_t host_memory_budget = unlimited_capacity;
-  /// Subgroups read ahead of the one being updated (0: read on demand).
+  /// Subgroups read ahead of the update, per path (0: only the next one). The host slots of the
+  /// pipeline are prefetch_depth + write_behind_depth + 1 (see required_host_memory).
   std::size_t prefetch_depth = 2;
-  /// Updated subgroups whose writes may be in flight at once (at least 1).
+  /// Writes in flight at once, per path (at least 1).
   std::size_t write_behind_depth = 2;
+  /// Device updates in flight at once, when the update site may choose the device.
+  std::size_t device_depth = 2;
+  /// Write a cached subgroup right after its update when the update order will push it out of
+  /// the cache before the step ends, so that writes start with the step (it stays cached, clean).
+  bool eager_writes = true;
   /// CPU threads of the update kernel (the calling thread included).
   std::size_t threads = default_thread_count();
   /// Where gradients given to accept_gradients (and, with `tier`, to step) wait for the update.
@@ -51,9 +57,9 @@ struct offload_options {
                    "offload_options: subgroup_elems {} is too large", subgroup_elems);
     STRATA_EXPECTS(write_behind_depth >= 1, config_error,
                    "offload_options: write_behind_depth must be at least 1 (got 0)");
-    STRATA_EXPECTS(prefetch_depth <= 4096 && write_behind_depth <= 4096, config_error,
-                   "offload_options: prefetch_depth {} / write_behind_depth {} above 4096", prefetch_depth,
-                   write_behind_depth);
+    STRATA_EXPECTS(prefetch_depth <= 4096 && write_behind_depth <= 4096 && device_depth <= 4096, config_error,
+                   "offload_options: prefetch_depth {} / write_behind_depth {} / device_depth {} above 4096",
+                   prefetch_depth, write_behind_depth, device_depth);
     STRATA_EXPECTS(threads >= 1 && threads <= 1024, config_error, "offload_options: threads {} (need 1..1024)",
                    threads);
     bool ok = !object_prefix.empty() && object_prefix.size() <= 100 && object_prefix.front() != '.';

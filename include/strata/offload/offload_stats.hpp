@@ -30,8 +30,10 @@ struct path_traffic {
 struct offload_step_stats {
   std::uint64_t step = 0;          ///< step_count() after this step
   std::size_t subgroups = 0;       ///< subgroups updated by this call
+  std::size_t device_updates = 0;  ///< of them, updated on the executor's device (the rest on the CPU)
   double read_wait_s = 0;
   double compute_s = 0;
+  double kernel_s = 0;             ///< the host kernel's own time, summed over subgroups (device kernels not included)
   double write_wait_s = 0;
   double total_s = 0;
   std::uint64_t cache_hits = 0;    ///< subgroups found in the host cache
@@ -40,7 +42,7 @@ struct offload_step_stats {
   std::uint64_t bytes_written = 0; ///< state written (gradient writes of backward are not counted here)
   std::vector<path_traffic> paths;
   /// DESIGN section 2: max(read / sum of read bandwidths + written / sum of write bandwidths,
-  /// compute_s); 0 when a bandwidth is unknown.
+  /// kernel_s); 0 when a bandwidth is unknown.
   double bound_s = 0;
   /// bound_s / total_s (1 = as fast as the paths allow); 0 when the bound is unknown.
   double efficiency = 0;
@@ -59,7 +61,7 @@ struct offload_step_stats {
       return;
     }
     const double io = static_cast<double>(bytes_read) / rbw + static_cast<double>(bytes_written) / wbw;
-    bound_s = std::max(io, compute_s);
+    bound_s = std::max(io, kernel_s);
     efficiency = total_s > 0 ? bound_s / total_s : 0;
   }
 

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "strata/offload/offload_layout.hpp"
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
 #include "strata/optim/adamw_math.hpp"
@@ -40,9 +41,7 @@ namespace strata::presets {
 namespace detail {
 /// Bytes of host memory one subgroup slot takes under `o`.
 [[nodiscard]] inline std::uint64_t slot_footprint(std::size_t params, const adamw_options& a, const offload_options& o) {
-  const std::size_t n = params < o.subgroup_elems ? params : o.subgroup_elems;
-  const std::size_t arrays = (a.amsgrad ? 4 : 3) + (o.gradients == gradient_residency::tier ? 1 : 0);
-  return host_budget::footprint(static_cast<std::uint64_t>(n) * arrays * sizeof(float));
+  return offload_layout::of(params, a, o).slot_footprint();
 }
 }  // namespace detail
 

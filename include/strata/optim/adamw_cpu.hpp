@@ -144,18 +144,6 @@ void adamw_update_cpu(std::span<float> master, std::span<float> exp_avg, std::sp
                                 model_out.data(), n, k, pool, tile_elems, isa);
 }
 
-/// One subgroup's buffers, for adamw_step_cpu (see adamw_update_cpu for each span's meaning).
-template <gradient_type G, class H = bf16>
-  requires is_half_v<H>
-struct adamw_group {
-  std::span<float> master;
-  std::span<float> exp_avg;
-  std::span<float> exp_avg_sq;
-  std::span<float> max_exp_avg_sq;  ///< empty unless amsgrad
-  std::span<const G> grad;
-  std::span<H> model_out;           ///< empty: no model copy
-};
-
 /// What adamw_step_cpu did.
 struct adamw_step_report {
   bool skipped = false;  ///< inf/NaN gradients: nothing was updated and the step count is unchanged

@@ -27,10 +27,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <span>
 
 #include "strata/core/config.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
+#include "strata/core/half.hpp"
 
 namespace strata {
 
@@ -201,5 +203,18 @@ STRATA_HOST_DEVICE constexpr void adamw_element(float& p, float& m, float& v, fl
       adamw_element<false, false>(p, m, v, vmax, grad, k);
   }
 }
+
+/// One subgroup's buffers, for adamw_step_cpu and executors' enqueue_update (see
+/// adamw_update_cpu for each span's meaning).
+template <gradient_type G, class H = bf16>
+  requires is_half_v<H>
+struct adamw_group {
+  std::span<float> master;
+  std::span<float> exp_avg;
+  std::span<float> exp_avg_sq;
+  std::span<float> max_exp_avg_sq;  ///< empty unless amsgrad
+  std::span<const G> grad;
+  std::span<H> model_out;           ///< empty: no model copy
+};
 
 }  // namespace strata

@@ -42,7 +42,10 @@ enum class cpu_isa : unsigned char {
   return "unknown";
 }
 
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+// nvcc's device pass (__CUDA_ARCH__) must not see the SIMD paths: the one AdamW formula is a
+// __host__ __device__ template, and its SIMD instantiations hold vector types device code cannot
+// have. They are host code only, so the host pass of a .cu file keeps them.
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && !defined(__CUDA_ARCH__)
 #define STRATA_CPU_X86_PATHS 1
 #else
 #define STRATA_CPU_X86_PATHS 0

@@ -12,6 +12,10 @@
 /// deletes the dead ticket, so a dead holder or waiter never blocks the others. Strict ticket
 /// order makes it fair: a process that releases and asks again queues behind everyone waiting.
 ///
+/// acquire_async() takes its ticket at once; while it waits, one thread of this object (started
+/// on first need) re-checks every waiting ticket of the object with the same backoff and
+/// completes its completion when it holds a permit, so no caller's thread waits.
+///
 /// Threads. flock() locks belong to open file descriptions, not to processes (fcntl locks would
 /// be shared by all threads of a process and could not tell them apart), and every acquire opens
 /// its own ticket file, so threads of one process queue and exclude each other exactly like
@@ -30,6 +34,8 @@
 
 #include <algorithm>
 #include <array>
+#include <condition_variable>
+#include <exception>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -45,9 +51,11 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "strata/core/completion.hpp"
 #include "strata/core/env.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
@@ -98,8 +106,21 @@ class node_limiter {
   node_limiter(const node_limiter&) = delete;
   node_limiter& operator=(const node_limiter&) = delete;
 
-  /// Gives back every permit this object still holds.
+  /// Fails the acquire_async calls still waiting, then gives back every permit this object holds.
   ~node_limiter() {
+    std::deque<pending> left;
+    {
+      std::lock_guard self(mutex_);
+      stopping_ = true;
+      left.swap(pending_);
+    }
+    poll_cv_.notify_all();
+    if (poller_.joinable()) poller_.join();
+    for (auto& p : left) {
+      withdraw(p.t);
+      p.promise.set_exception(std::make_exception_ptr(
+          error(fmt::format("node_limiter '{}' destroyed while an acquire was waiting", name_))));
+    }
     while (!held_.empty()) release();
   }
 
@@ -115,6 +136,23 @@ class node_limiter {
     const auto room = std::chrono::steady_clock::time_point::max() - now;
     if (std::chrono::duration<double>(timeout) >= std::chrono::duration<double>(room)) return acquire_until(std::nullopt);
     return acquire_until(now + std::chrono::ceil<std::chrono::steady_clock::duration>(timeout));
+  }
+
+  /// Takes a ticket now and completes once it holds a permit; an I/O error on the limiter's files
+  /// fails the completion.
+  [[nodiscard]] completion acquire_async() {
+    try {
+      std::lock_guard self(mutex_);
+      ticket t;
+      if (take_ticket_and_check(t)) return make_ready_completion();
+      pending_.push_back(pending{std::move(t), completion_promise{}});
+      auto f = pending_.back().promise.get_future();
+      if (!poller_.joinable()) poller_ = std::thread([this] { poll(); });
+      poll_cv_.notify_all();
+      return f;
+    } catch (...) {
+      return make_ready_completion(std::current_exception());
+    }
   }
 
   /// Gives back the oldest permit this object holds (unlinks its ticket, then closes it, which
@@ -289,6 +327,22 @@ class node_limiter {
     }
   }
 
+  // Under mutex_: takes a ticket into `t`; when it holds a permit at once, moves it to held_ and
+  // returns true; else `t` waits (the caller polls or queues it).
+  bool take_ticket_and_check(ticket& t) {
+    queue_lock q(*this);
+    t = take_ticket();
+    bool granted = false;
+    try {
+      granted = live_tickets_below(t.number, permits_) < permits_;
+    } catch (...) {
+      withdraw(t);
+      throw;
+    }
+    if (granted) held_.push_back(std::move(t));
+    return granted;
+  }
+
   static void withdraw(ticket& t) noexcept {
     ::unlink(t.path.c_str());  // before the lock drops, so nobody sees it unlocked and alive
     t.fd.reset();
@@ -299,18 +353,7 @@ class node_limiter {
     bool granted = false;
     {
       std::lock_guard self(mutex_);
-      queue_lock q(*this);
-      t = take_ticket();
-      try {
-        granted = live_tickets_below(t.number, permits_) < permits_;
-      } catch (...) {
-        withdraw(t);
-        throw;
-      }
-      if (granted) {
-        held_.push_back(std::move(t));
-        return true;
-      }
+      if (take_ticket_and_check(t)) return true;
     }
     auto backoff = std::chrono::microseconds(50);
     try {
@@ -342,13 +385,60 @@ class node_limiter {
     }
   }
 
+  struct pending {
+    ticket t;
+    completion_promise promise;
+  };
+
+  // The thread behind acquire_async: re-checks the waiting tickets (oldest first: a ticket is
+  // never granted before an older one of the same object) and completes the granted ones.
+  void poll() {
+    auto backoff = std::chrono::microseconds(50);
+    std::unique_lock self(mutex_);
+    for (;;) {
+      poll_cv_.wait_for(self, backoff, [&] { return stopping_; });
+      if (stopping_) return;
+      if (pending_.empty()) {
+        backoff = std::chrono::microseconds(50);
+        poll_cv_.wait(self, [&] { return stopping_ || !pending_.empty(); });
+        continue;
+      }
+      std::vector<completion_promise> granted;
+      std::exception_ptr failure;
+      try {
+        queue_lock q(*this);
+        while (!pending_.empty() && live_tickets_below(pending_.front().t.number, permits_) < permits_) {
+          held_.push_back(std::move(pending_.front().t));
+          granted.push_back(std::move(pending_.front().promise));
+          pending_.pop_front();
+        }
+      } catch (...) {
+        failure = std::current_exception();  // the limiter's files failed: fail every waiter
+      }
+      std::deque<pending> failed;
+      if (failure) failed.swap(pending_);
+      backoff = granted.empty() ? std::min(backoff * 2, std::chrono::microseconds(1000)) : std::chrono::microseconds(50);
+      self.unlock();  // continuations may call back into this object (release, acquire_async)
+      for (auto& p : granted) detail::grant_unit(std::move(p));
+      for (auto& p : failed) {
+        withdraw(p.t);
+        p.promise.set_exception(failure);
+      }
+      self.lock();
+    }
+  }
+
   std::string name_;
   std::size_t permits_;
   std::filesystem::path dir_;
   std::filesystem::path lock_path_;
   unique_fd lock_fd_;
-  mutable std::mutex mutex_;  // guards held_ and this object's use of queue.lock
+  mutable std::mutex mutex_;  // guards held_, pending_ and this object's use of queue.lock
   std::deque<ticket> held_;
+  std::deque<pending> pending_;  // acquire_async tickets still waiting, oldest first
+  std::condition_variable poll_cv_;
+  bool stopping_ = false;
+  std::thread poller_;
 };
 
 static_assert(limiter<node_limiter>);

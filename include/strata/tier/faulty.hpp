@@ -19,11 +19,14 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "strata/core/detail/fault_rules.hpp"
+#include "strata/core/detail/faulty_fwd.hpp"
 #include "strata/core/error.hpp"
 #include "strata/tier/adaptor_base.hpp"
 #include "strata/tier/detail/inflight_counter.hpp"
@@ -56,7 +59,8 @@ struct fault {
 };
 
 template <class Inner>
-class faulty : public detail::adaptor_base<Inner> {
+  requires tier<std::remove_reference_t<Inner>>
+class faulty<Inner> : public detail::adaptor_base<Inner> {
   using base = detail::adaptor_base<Inner>;
 
  public:
@@ -67,22 +71,13 @@ class faulty : public detail::adaptor_base<Inner> {
   ~faulty() { inflight_.wait_zero(); }
 
   /// Adds a rule; rules are checked in the order added, the first that fires wins.
-  void inject(fault f) {
-    std::lock_guard lock(mutex_);
-    rules_.push_back({std::move(f), 0, 0});
-  }
+  void inject(fault f) { rules_.inject(std::move(f)); }
   /// Removes every rule.
-  void clear() {
-    std::lock_guard lock(mutex_);
-    rules_.clear();
-  }
+  void clear() { rules_.clear(); }
   /// Seeds the generator behind `probability` and the choice of the flipped bit.
-  void seed(std::uint64_t s) {
-    std::lock_guard lock(mutex_);
-    rng_.seed(s);
-  }
+  void seed(std::uint64_t s) { rules_.seed(s); }
   /// How many faults have fired.
-  [[nodiscard]] std::uint64_t fired() const noexcept { return fired_.load(); }
+  [[nodiscard]] std::uint64_t fired() const noexcept { return rules_.fired(); }
 
   io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     const auto f = match(fault_op::write, object, bytes.size());
@@ -131,11 +126,6 @@ class faulty : public detail::adaptor_base<Inner> {
   }
 
  private:
-  struct rule {
-    fault f;
-    std::uint64_t seen;
-    std::uint64_t fired;
-  };
   struct firing {
     fault_kind kind;
     std::chrono::microseconds delay;
@@ -143,19 +133,12 @@ class faulty : public detail::adaptor_base<Inner> {
   };
 
   std::optional<firing> match(fault_op op, std::string_view object, std::uint64_t bytes) {
-    std::lock_guard lock(mutex_);
-    for (auto& r : rules_) {
-      if (r.f.op != fault_op::any && r.f.op != op) continue;
-      if (!r.f.object.empty() && r.f.object != object) continue;
-      if (r.seen++ < r.f.after) continue;
-      if (r.f.times != 0 && r.fired >= r.f.times) continue;
-      if (r.f.probability < 1.0 && std::uniform_real_distribution<double>(0, 1)(rng_) >= r.f.probability) continue;
-      ++r.fired;
-      fired_.fetch_add(1);
-      const std::uint64_t bits = bytes == 0 ? 1 : bytes * 8;
-      return firing{r.f.kind, r.f.delay, std::uniform_int_distribution<std::uint64_t>(0, bits - 1)(rng_)};
-    }
-    return std::nullopt;
+    return rules_.match(
+        [&](const fault& f) { return (f.op == fault_op::any || f.op == op) && (f.object.empty() || f.object == object); },
+        [&](const fault& f, std::mt19937_64& rng) {
+          const std::uint64_t bits = bytes == 0 ? 1 : bytes * 8;
+          return firing{f.kind, f.delay, std::uniform_int_distribution<std::uint64_t>(0, bits - 1)(rng)};
+        });
   }
 
   std::filesystem::path where(std::string_view object) const {
@@ -212,10 +195,7 @@ class faulty : public detail::adaptor_base<Inner> {
     return out;
   }
 
-  std::mutex mutex_;
-  std::vector<rule> rules_;
-  std::mt19937_64 rng_{0x5eed};
-  std::atomic<std::uint64_t> fired_{0};
+  detail::fault_rules<fault> rules_;
   detail::timer_thread timer_{"faulty"};
   detail::inflight_counter inflight_;  // destroyed first
 };

@@ -1,12 +1,18 @@
 #pragma once
 /// limited<Tier, Limiter>: every request holds one permit of a strata::limiter (counting_limiter
 /// in-process, node_limiter across the node's processes) from issue to completion, so a shared
-/// link (a PFS mount that all ranks of a node use) sees at most the limiter's cap of requests. The limiter is shared, so it is held by reference.
-/// `read`/`write` block the caller while no permit is free; the permit is released on the
-/// completing thread.
+/// link (a PFS mount that all ranks of a node use) sees at most the limiter's cap of requests.
+/// The limiter is shared, so it is held by reference.
+///
+/// `read`/`write` never block: they ask for a permit with acquire_async() and return at once; the
+/// request reaches the inner tier when the permit is granted (on the thread that granted it: the
+/// one that completed an earlier request, or the limiter's own), and the permit is released on
+/// the completing thread. Requests waiting for a permit are served first come, first served.
 
 #include <cstdint>
+#include <exception>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -27,13 +33,15 @@ class limited : public detail::adaptor_base<Inner> {
       : base(std::in_place, std::forward<Args>(inner_args)...), limiter_(limiter) {}
   limited(const limited&) = delete;
   limited& operator=(const limited&) = delete;
+  /// Waits until every request issued through this adaptor (waiting for a permit or running)
+  /// has completed.
   ~limited() { inflight_.wait_zero(); }
 
   io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
-    return hold([&] { return this->inner_.write(object, offset, bytes); });
+    return hold([this, name = std::string(object), offset, bytes] { return this->inner_.write(name, offset, bytes); });
   }
   io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
-    return hold([&] { return this->inner_.read(object, offset, dst); });
+    return hold([this, name = std::string(object), offset, dst] { return this->inner_.read(name, offset, dst); });
   }
 
   /// The shared limiter.
@@ -41,21 +49,35 @@ class limited : public detail::adaptor_base<Inner> {
 
  private:
   template <class Issue>
-  io_future hold(Issue&& issue) {
-    limiter_.acquire();
-    io_future inner;
-    try {
-      inner = std::forward<Issue>(issue)();
-    } catch (...) {
-      limiter_.release();
-      throw;
-    }
+  io_future hold(Issue issue) {
+    io_promise done;
+    auto result = done.get_future();
     inflight_.add();
-    inner.on_complete([this](std::exception_ptr) {
-      limiter_.release();
-      inflight_.done();
-    });
-    return inner;
+    limiter_.acquire_async().on_complete(
+        [this, issue = std::move(issue), done = std::move(done)](std::exception_ptr granted) mutable {
+          if (granted) {  // no permit: nothing to release
+            finish(done, granted);
+            return;
+          }
+          io_future inner;
+          try {
+            inner = issue();
+          } catch (...) {
+            limiter_.release();
+            finish(done, std::current_exception());
+            return;
+          }
+          inner.on_complete([this, done = std::move(done)](std::exception_ptr e) mutable {
+            limiter_.release();  // before the caller sees completion, so it can count on the permit
+            finish(done, e);
+          });
+        });
+    return result;
+  }
+
+  void finish(io_promise& done, std::exception_ptr e) noexcept {
+    done.complete(std::move(e));
+    inflight_.done();
   }
 
   Limiter& limiter_;

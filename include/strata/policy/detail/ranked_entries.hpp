@@ -20,7 +20,13 @@ namespace strata::detail {
 struct rank {
   std::uint64_t primary = 0;
   std::uint64_t tiebreak = 0;
-  friend constexpr auto operator<=>(const rank&, const rank&) = default;
+  // Spelled out, not defaulted: nvcc's front end mistranslates a defaulted <=> (.cu files include this).
+  friend constexpr bool operator==(const rank& a, const rank& b) noexcept {
+    return a.primary == b.primary && a.tiebreak == b.tiebreak;
+  }
+  friend constexpr bool operator<(const rank& a, const rank& b) noexcept {
+    return a.primary != b.primary ? a.primary < b.primary : a.tiebreak < b.tiebreak;
+  }
 };
 
 class ranked_entries {

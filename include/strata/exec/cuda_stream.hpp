@@ -1,0 +1,261 @@
+#pragma once
+/// cuda_stream: the CUDA model of a stream (exec/stream.hpp): an RAII cudaStream_t whose copies
+/// are cudaMemcpyAsync, whose host tasks are cudaLaunchHostFunc, and whose events are
+/// cudaEvent_t paired with a completion that a host function fulfils. Also cuda_device_buffer,
+/// device memory from cudaMalloc. Needs strata built with CUDA (STRATA_HAS_CUDA); compiles to
+/// nothing otherwise. Ordinary C++ (no kernels): any translation unit can use it.
+///
+/// Errors. A CUDA call that fails when work is enqueued, and a host task that throws, fail the
+/// stream: the error is kept and every event recorded afterwards completes with it, until sync()
+/// rethrows and clears it. Copies and kernels enqueued after a failure still run (CUDA does not
+/// skip them), as the stream contract allows. sync() also reports errors of the device itself
+/// (cudaStreamSynchronize) as cuda_error.
+///
+/// Host functions run on a CUDA driver thread and must not call CUDA: continuations of an
+/// event's completion run there, so they must only record what happened (strata's pipeline
+/// posts a message to its own thread).
+
+#include "strata/core/config.hpp"
+
+#if STRATA_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "strata/core/completion.hpp"
+#include "strata/core/cuda.hpp"
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/exec/stream.hpp"
+
+namespace strata {
+
+namespace detail {
+/// What a cuda_stream's host functions and its caller share: the first error since sync().
+struct cuda_stream_state {
+  std::mutex mutex;
+  std::exception_ptr failed;
+  void fail(std::exception_ptr e) noexcept {
+    std::lock_guard lock(mutex);
+    if (!failed) failed = std::move(e);
+  }
+  [[nodiscard]] std::exception_ptr error() noexcept {
+    std::lock_guard lock(mutex);
+    return failed;
+  }
+  [[nodiscard]] std::exception_ptr take() noexcept {
+    std::lock_guard lock(mutex);
+    return std::exchange(failed, nullptr);
+  }
+};
+}  // namespace detail
+
+/// An event of a cuda_stream: the cudaEvent_t other streams wait on, and the completion the host
+/// waits on. Copies share the event.
+class cuda_event {
+ public:
+  cuda_event() : done_(make_ready_completion()) {}
+  [[nodiscard]] bool ready() const { return done_.ready(); }
+  [[nodiscard]] strata::completion completion() const { return done_; }
+  /// The CUDA event (null for a default-constructed event, which is complete).
+  [[nodiscard]] cudaEvent_t native() const noexcept { return handle_ ? handle_->event : nullptr; }
+
+ private:
+  friend class cuda_stream;
+  struct handle {
+    cudaEvent_t event = nullptr;
+    ~handle() {
+      if (event != nullptr) (void)cudaEventDestroy(event);
+    }
+  };
+  cuda_event(std::shared_ptr<handle> h, strata::completion c) : handle_(std::move(h)), done_(std::move(c)) {}
+  std::shared_ptr<handle> handle_;
+  strata::completion done_;
+};
+
+static_assert(stream_event<cuda_event>);
+
+class cuda_stream {
+ public:
+  using event_type = cuda_event;
+
+  /// A non-blocking stream on `device` (-1: the current device).
+  explicit cuda_stream(std::string name = "cuda", int device = -1)
+      : name_(std::move(name)), state_(std::make_shared<detail::cuda_stream_state>()) {
+    if (device >= 0) STRATA_CUDA_TRY(cudaSetDevice(device));
+    STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  cuda_stream(const cuda_stream&) = delete;
+  cuda_stream& operator=(const cuda_stream&) = delete;
+  /// Waits for the stream's work, then destroys it.
+  ~cuda_stream() {
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaStreamDestroy(stream_);
+  }
+
+  void copy_to_device(std::span<std::byte> dst, std::span<const std::byte> src) {
+    copy("copy_to_device", dst, src, cudaMemcpyHostToDevice);
+  }
+  void copy_to_host(std::span<std::byte> dst, std::span<const std::byte> src) {
+    copy("copy_to_host", dst, src, cudaMemcpyDeviceToHost);
+  }
+
+  void enqueue_host(host_task task) {
+    auto* t = new host_call{std::move(task), state_};
+    launch(&host_call::run, t, "enqueue_host", [t] { delete t; });
+  }
+
+  [[nodiscard]] cuda_event record() {
+    auto h = std::make_shared<cuda_event::handle>();
+    try {
+      STRATA_CUDA_TRY(cudaEventCreateWithFlags(&h->event, cudaEventDisableTiming));
+    } catch (...) {
+      state_->fail(std::current_exception());
+      return cuda_event(nullptr, make_ready_completion(state_->error()));
+    }
+    // The completion is fulfilled by a host function first and the CUDA event is recorded after
+    // it, so a stream that waits on the event runs only once the completion has settled (wait()
+    // relies on that to pass errors on).
+    auto* p = new event_call{completion_promise{}, state_};
+    auto done = p->promise.get_future();
+    launch(&event_call::run, p, "record", [p] {
+      p->promise.set_exception(p->state->error());
+      delete p;
+    });
+    if (const cudaError_t rc = cudaEventRecord(h->event, stream_); rc != cudaSuccess) fail_call(rc, "cudaEventRecord", __LINE__);
+    return cuda_event(std::move(h), std::move(done));
+  }
+
+  void wait(const cuda_event& e) {
+    if (e.native() == nullptr) {  // complete already: pass on its error, if any
+      if (auto err = e.completion().exception()) state_->fail(err);
+      return;
+    }
+    if (const cudaError_t rc = cudaStreamWaitEvent(stream_, e.native(), 0); rc != cudaSuccess)
+      fail_call(rc, "cudaStreamWaitEvent", __LINE__);
+    auto* w = new wait_call{e.completion(), state_};
+    launch(&wait_call::run, w, "wait", [w] { delete w; });
+  }
+
+  void sync() {
+    STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
+    if (auto err = state_->take()) std::rethrow_exception(err);
+  }
+
+  [[nodiscard]] std::string_view name() const noexcept { return name_; }
+  /// The CUDA stream, for kernels launched on it.
+  [[nodiscard]] cudaStream_t native() const noexcept { return stream_; }
+
+ private:
+  struct host_call {
+    host_task task;
+    std::shared_ptr<detail::cuda_stream_state> state;
+    static void CUDART_CB run(void* p) noexcept {
+      std::unique_ptr<host_call> self(static_cast<host_call*>(p));
+      if (self->state->error()) return;  // as on host streams: nothing runs after a failure
+      try {
+        self->task();
+      } catch (...) {
+        self->state->fail(std::current_exception());
+      }
+    }
+  };
+  struct event_call {
+    completion_promise promise;
+    std::shared_ptr<detail::cuda_stream_state> state;
+    static void CUDART_CB run(void* p) noexcept {
+      std::unique_ptr<event_call> self(static_cast<event_call*>(p));
+      self->promise.complete(self->state->error());
+    }
+  };
+  struct wait_call {
+    strata::completion waited;
+    std::shared_ptr<detail::cuda_stream_state> state;
+    static void CUDART_CB run(void* p) noexcept {
+      std::unique_ptr<wait_call> self(static_cast<wait_call*>(p));
+      if (auto err = self->waited.exception()) self->state->fail(err);
+    }
+  };
+
+  // Launches a host function; when CUDA refuses, fails the stream and runs `undo` (which frees
+  // the function's argument, completing what it would have completed).
+  template <class Undo>
+  void launch(void (*fn)(void*), void* arg, const char* what, Undo&& undo) {
+    if (const cudaError_t rc = cudaLaunchHostFunc(stream_, fn, arg); rc != cudaSuccess) {
+      fail_call(rc, what, __LINE__);
+      undo();
+    }
+  }
+
+  void fail_call(cudaError_t rc, const char* what, int line) noexcept {
+    (void)cudaGetLastError();
+    try {
+      state_->fail(std::make_exception_ptr(cuda_error(static_cast<int>(rc), cudaGetErrorName(rc),
+                                                      cudaGetErrorString(rc),
+                                                      fmt::format("{} on stream '{}'", what, name_), __FILE__, line)));
+    } catch (...) {
+      state_->fail(std::current_exception());
+    }
+  }
+
+  void copy(const char* what, std::span<std::byte> dst, std::span<const std::byte> src, cudaMemcpyKind kind) {
+    STRATA_EXPECTS(dst.size() == src.size(), config_error, "stream '{}': {} of {} bytes into {} bytes", name_, what,
+                   src.size(), dst.size());
+    if (src.empty()) return;
+    if (const cudaError_t rc = cudaMemcpyAsync(dst.data(), src.data(), src.size(), kind, stream_); rc != cudaSuccess)
+      fail_call(rc, what, __LINE__);
+  }
+
+  std::string name_;
+  std::shared_ptr<detail::cuda_stream_state> state_;
+  cudaStream_t stream_ = nullptr;
+};
+
+static_assert(stream<cuda_stream>);
+
+/// Device memory from cudaMalloc, freed with cudaFree. Move-only.
+class cuda_device_buffer {
+ public:
+  cuda_device_buffer() = default;
+  explicit cuda_device_buffer(std::size_t bytes) : size_(bytes) {
+    if (bytes > 0) STRATA_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&data_), bytes));
+  }
+  cuda_device_buffer(cuda_device_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  cuda_device_buffer& operator=(cuda_device_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  cuda_device_buffer(const cuda_device_buffer&) = delete;
+  cuda_device_buffer& operator=(const cuda_device_buffer&) = delete;
+  ~cuda_device_buffer() { release(); }
+
+  [[nodiscard]] std::byte* data() noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  void release() noexcept {
+    if (data_ != nullptr) (void)cudaFree(data_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_HAS_CUDA

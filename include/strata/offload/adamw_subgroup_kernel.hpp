@@ -1,0 +1,87 @@
+#pragma once
+/// adamw_subgroup_kernel: the kernel offloaded_adamw gives its subgroup_pipeline for one step. It
+/// updates one subgroup's state (master | m | v [| max v], fp32, as offload_layout lays it out)
+/// with its gradients, and writes the 16-bit model copy, on the host (adamw_update_cpu over the
+/// host slot) or on the device (gradients copied in next to the state, the executor's kernel, the
+/// model copy copied out). Both give the same bits. Usable for any pipeline of this layout.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "strata/core/half.hpp"
+#include "strata/core/thread_pool.hpp"
+#include "strata/exec/executor.hpp"
+#include "strata/offload/offload_layout.hpp"
+#include "strata/optim/adamw_cpu.hpp"
+#include "strata/optim/adamw_math.hpp"
+
+namespace strata {
+
+/// `GradsOf(s, host slot) -> std::span<const G>`: subgroup s's gradients in host memory (a span
+/// of the caller's, of the gradient store, or of the slot's side data). `Commit(s)`: called when
+/// subgroup s's update committed.
+template <executor Exec, gradient_type G, class H, class GradsOf, class Commit>
+  requires is_half_v<H>
+class adamw_subgroup_kernel {
+ public:
+  adamw_subgroup_kernel(const offload_layout& layout, const adamw_step_params& k, GradsOf grads_of,
+                        std::span<H> model_out, thread_pool* pool, Commit commit)
+      : layout_(layout),
+        k_(k),
+        grads_of_(std::move(grads_of)),
+        model_out_(model_out),
+        pool_(pool),
+        commit_(std::move(commit)) {}
+
+  void host(std::size_t s, std::span<std::byte> slot) {
+    const std::size_t n = layout_.length(s);
+    float* st = reinterpret_cast<float*>(slot.data());
+    adamw_update_cpu<G, H>(std::span<float>(st, n), std::span<float>(st + n, n), std::span<float>(st + 2 * n, n),
+                           layout_.sections == 4 ? std::span<float>(st + 3 * n, n) : std::span<float>(),
+                           grads_of_(s, slot), model_of(s), k_, pool_);
+  }
+
+  void committed(std::size_t s) { commit_(s); }
+
+  template <class S>
+  void device_in(std::size_t s, std::span<std::byte> slot, std::span<std::byte> device, S& h2d) {
+    const auto g = std::as_bytes(grads_of_(s, slot));
+    h2d.copy_to_device(device.subspan(static_cast<std::size_t>(layout_.device_gradient_offset()), g.size()), g);
+  }
+
+  void device_update(std::size_t s, std::span<std::byte> device, Exec& exec) {
+    const std::size_t n = layout_.length(s);
+    float* st = reinterpret_cast<float*>(device.data());
+    auto* g = reinterpret_cast<const G*>(device.data() + layout_.device_gradient_offset());
+    auto* out = reinterpret_cast<H*>(device.data() + layout_.device_model_offset());
+    exec.enqueue_update(adamw_group<G, H>{std::span<float>(st, n), std::span<float>(st + n, n),
+                                          std::span<float>(st + 2 * n, n),
+                                          layout_.sections == 4 ? std::span<float>(st + 3 * n, n) : std::span<float>(),
+                                          std::span<const G>(g, n),
+                                          model_out_.empty() ? std::span<H>() : std::span<H>(out, n)},
+                        k_);
+  }
+
+  template <class S>
+  void device_out(std::size_t s, std::span<std::byte> device, S& d2h) {
+    if (model_out_.empty()) return;
+    const auto out = std::as_writable_bytes(model_of(s));
+    d2h.copy_to_host(out, device.subspan(static_cast<std::size_t>(layout_.device_model_offset()), out.size()));
+  }
+
+ private:
+  [[nodiscard]] std::span<H> model_of(std::size_t s) const {
+    return model_out_.empty() ? std::span<H>() : model_out_.subspan(layout_.begin(s), layout_.length(s));
+  }
+
+  offload_layout layout_;
+  adamw_step_params k_;
+  GradsOf grads_of_;
+  std::span<H> model_out_;
+  thread_pool* pool_;
+  Commit commit_;
+};
+
+}  // namespace strata

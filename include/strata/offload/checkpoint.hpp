@@ -1,0 +1,178 @@
+#pragma once
+/// Checkpoint files of offloaded_adamw: writing one (a data file with every subgroup's state,
+/// fsync'ed, then the manifest published atomically) and reading one back with every byte
+/// verified against the manifest's checksums. The manifest format is checkpoint_manifest's.
+///
+/// Crash safety: the data file has a fresh name per save and the manifest is replaced by rename
+/// after the data is durable, so a crash at any point leaves the previous checkpoint loadable.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <span>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/core/fs.hpp"
+#include "strata/offload/checkpoint_manifest.hpp"
+#include "strata/tier/checksummed.hpp"
+
+namespace strata {
+
+namespace detail {
+
+inline std::string read_small_file(const std::filesystem::path& path) {
+  auto fd = open_file(path, O_RDONLY);
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("read", path, text.size(), errno);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > (64u << 20))
+      throw integrity_error("checkpoint", path.string(), 0, "manifest refused: larger than 64 MiB");
+  }
+  return text;
+}
+
+inline void pread_all(int fd, std::span<std::byte> dst, std::uint64_t offset, const std::filesystem::path& path) {
+  std::size_t done = 0;
+  while (done < dst.size()) {
+    const ssize_t n = ::pread(fd, dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("pread", path, offset + done, errno);
+    }
+    if (n == 0) throw integrity_error("checkpoint", path.string(), offset + done, "data file ends early (truncated)");
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+inline void pwrite_all(int fd, std::span<const std::byte> src, std::uint64_t offset, const std::filesystem::path& path) {
+  std::size_t done = 0;
+  while (done < src.size()) {
+    const ssize_t n = ::pwrite(fd, src.data() + done, src.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == ENOSPC || errno == EDQUOT)
+        throw capacity_error(
+            fmt::format("pwrite {} at offset {}: {}", path.string(), offset + done, detail::errno_text(errno)));
+      throw io_error("pwrite", path, offset + done, errno);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace detail
+
+/// The verified manifest of the checkpoint in `dir`.
+[[nodiscard]] inline checkpoint_manifest read_checkpoint_manifest(const std::filesystem::path& dir) {
+  const auto path = dir / "manifest";
+  return checkpoint_manifest::parse(detail::read_small_file(path), path.string());
+}
+
+/// Writes a checkpoint into `dir` (created if missing): `m` gives step, layout and options;
+/// `visit(fn)` must call fn(s, std::span<const std::byte> state) for every subgroup s in order.
+/// Data files of earlier checkpoints are removed once the new manifest is durable.
+template <class Visit>
+void write_checkpoint(const std::filesystem::path& dir, checkpoint_manifest m, std::size_t subgroups, Visit&& visit) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw io_error("mkdir", dir, ec.value());
+  std::random_device rd;
+  m.data_file = fmt::format("state-{}-{:08x}{:08x}.bin", m.step, rd(), rd());
+  const auto data_path = dir / m.data_file;
+  {
+    auto fd = open_file(data_path, O_WRONLY | O_CREAT | O_TRUNC);
+    try {
+      std::uint64_t offset = 0;
+      m.checksums.assign(subgroups, 0);
+      m.subgroup_bytes.assign(subgroups, 0);
+      std::size_t expected = 0;
+      visit([&](std::size_t s, std::span<const std::byte> bytes) {
+        STRATA_ASSERT(s == expected);
+        ++expected;
+        m.checksums[s] = checksum64(bytes);
+        m.subgroup_bytes[s] = bytes.size();
+        detail::pwrite_all(fd.get(), bytes, offset, data_path);
+        offset += bytes.size();
+      });
+      m.data_bytes = offset;
+      if (::fsync(fd.get()) != 0) throw io_error("fsync", data_path, errno);
+      fd.close(data_path);
+    } catch (...) {
+      fd.reset();
+      ::unlink(data_path.c_str());
+      throw;
+    }
+  }
+  write_file_atomic(dir / "manifest", m.to_text(), durability::fsync);
+  // The new checkpoint is durable: older data files (and leftovers of killed saves) can go.
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind("state-", 0) == 0 && name != m.data_file) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+/// Reads the subgroups of a checkpoint back, each verified against its checksum.
+class checkpoint_reader {
+ public:
+  /// Opens the checkpoint in `dir` and checks that its data file has the size the manifest says
+  /// and that the manifest's subgroups have `state_bytes(s)` bytes each (integrity_error if not;
+  /// io_error when files are missing).
+  template <class StateBytes>
+  checkpoint_reader(const std::filesystem::path& dir, checkpoint_manifest m, std::size_t subgroups,
+                    StateBytes&& state_bytes)
+      : manifest_(std::move(m)), data_path_(dir / manifest_.data_file), fd_(open_file(data_path_, O_RDONLY)) {
+    struct stat st {};
+    if (::fstat(fd_.get(), &st) != 0) throw io_error("fstat", data_path_, errno);
+    if (static_cast<std::uint64_t>(st.st_size) != manifest_.data_bytes)
+      throw integrity_error("checkpoint", data_path_.string(), static_cast<std::uint64_t>(st.st_size),
+                            fmt::format("data file has {} bytes, the manifest says {} (truncated?)", st.st_size,
+                                        manifest_.data_bytes));
+    if (manifest_.subgroup_bytes.size() != subgroups)
+      throw integrity_error("checkpoint", data_path_.string(), 0, "subgroup count does not match the layout");
+    std::uint64_t offset = 0;
+    for (std::size_t s = 0; s < subgroups; ++s) {
+      offsets_.push_back(offset);
+      if (manifest_.subgroup_bytes[s] != state_bytes(s))
+        throw integrity_error("checkpoint", data_path_.string(), offset,
+                              fmt::format("subgroup {} has {} bytes, the layout needs {}", s, manifest_.subgroup_bytes[s],
+                                          state_bytes(s)));
+      offset += manifest_.subgroup_bytes[s];
+    }
+  }
+
+  /// Fills `dst` (the subgroup's size) with subgroup `s`'s state; integrity_error on a mismatch.
+  void read(std::size_t s, std::span<std::byte> dst) const {
+    detail::pread_all(fd_.get(), dst, offsets_.at(s), data_path_);
+    const auto sum = checksum64(dst);
+    if (sum != manifest_.checksums[s])
+      throw integrity_error("checkpoint", fmt::format("{} (subgroup {})", data_path_.string(), s), offsets_[s],
+                            manifest_.checksums[s], sum);
+  }
+  [[nodiscard]] const checkpoint_manifest& manifest() const noexcept { return manifest_; }
+
+ private:
+  checkpoint_manifest manifest_;
+  std::filesystem::path data_path_;
+  unique_fd fd_;
+  std::vector<std::uint64_t> offsets_;
+};
+
+}  // namespace strata

@@ -1,0 +1,105 @@
+#pragma once
+/// gradient_intake: where offloaded_adamw keeps the gradients that backward hands over before the
+/// step (accept_gradients), with host residency: in host memory, in the type they arrive in
+/// (16-bit stays 16-bit: MLP-Offload's delayed conversion), in one store of every parameter
+/// charged to the optimizer's host budget on first use. It counts what each subgroup received,
+/// so a step can refuse to run on gradients that did not all arrive.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/core/half.hpp"
+#include "strata/offload/offload_layout.hpp"
+#include "strata/pipeline/host_budget.hpp"
+
+namespace strata {
+
+/// The element type of a step's gradients.
+enum class grad_kind : std::uint8_t { f32, b16, f16 };
+
+template <class G>
+[[nodiscard]] constexpr grad_kind grad_kind_of() noexcept {
+  return std::is_same_v<G, float> ? grad_kind::f32 : std::is_same_v<G, bf16> ? grad_kind::b16 : grad_kind::f16;
+}
+[[nodiscard]] constexpr std::string_view to_string(grad_kind k) noexcept {
+  return k == grad_kind::f32 ? "float" : k == grad_kind::b16 ? "bf16" : "fp16";
+}
+
+class gradient_intake {
+ public:
+  /// `budget` must outlive the intake.
+  gradient_intake(const offload_layout& layout, host_budget& budget)
+      : layout_(layout), budget_(&budget), received_(layout.subgroups(), 0) {}
+
+  /// Checks that [first, first + n) lies in the parameters and adds no more to any subgroup than
+  /// it has left to receive this step (config_error naming the range or the subgroup).
+  void check(std::size_t first, std::size_t n) const {
+    STRATA_EXPECTS(first <= layout_.params && n <= layout_.params - first, config_error,
+                   "offloaded_adamw::accept_gradients: range [{}, {}) passes the {} parameters", first, first + n,
+                   layout_.params);
+    for_each_piece(first, n, [&](std::size_t s, std::size_t lo, std::size_t hi) {
+      STRATA_EXPECTS(received_[s] + (hi - lo) <= layout_.length(s), config_error,
+                     "offloaded_adamw::accept_gradients: subgroup {} received more than its {} gradients this step "
+                     "(overlapping ranges?)",
+                     s, layout_.length(s));
+    });
+  }
+
+  /// Copies gradients of [first, first + grads.size()) into the store (check first).
+  template <gradient_type G>
+  void store(std::size_t first, std::span<const G> grads) {
+    if (store_.data() == nullptr) {
+      store_ = budget_->allocate(layout_.params * sizeof(G), "the gradient store of accept_gradients");
+      kind_ = grad_kind_of<G>();
+    }
+    STRATA_EXPECTS(kind_ == grad_kind_of<G>(), config_error,
+                   "offloaded_adamw::accept_gradients: gradients of this step arrived as {}, now as {}",
+                   to_string(kind_), to_string(grad_kind_of<G>()));
+    std::memcpy(store_.data() + first * sizeof(G), grads.data(), grads.size_bytes());
+    count(first, grads.size());
+  }
+
+  /// Records that [first, first + n) arrived (store calls it; tier residency calls it itself).
+  void count(std::size_t first, std::size_t n) {
+    for_each_piece(first, n, [&](std::size_t s, std::size_t lo, std::size_t hi) { received_[s] += hi - lo; });
+  }
+
+  /// Gradients subgroup `s` received this step.
+  [[nodiscard]] std::size_t received(std::size_t s) const { return received_.at(s); }
+  [[nodiscard]] bool complete(std::size_t s) const { return received_.at(s) == layout_.length(s); }
+  /// A new step begins: nothing received.
+  void reset() { std::fill(received_.begin(), received_.end(), std::size_t{0}); }
+  /// The type the store holds (float until something was stored).
+  [[nodiscard]] grad_kind kind() const noexcept { return kind_; }
+  /// Subgroup `s`'s stored gradients, as G (the store's type).
+  template <gradient_type G>
+  [[nodiscard]] std::span<const G> of(std::size_t s) const {
+    STRATA_ASSERT(kind_ == grad_kind_of<G>() && store_.data() != nullptr);
+    return {reinterpret_cast<const G*>(store_.data()) + layout_.begin(s), layout_.length(s)};
+  }
+
+  /// Calls fn(s, lo, hi) for each subgroup s that [first, first + n) touches, with the part of it
+  /// that lies in s as parameter indices [lo, hi).
+  template <class F>
+  void for_each_piece(std::size_t first, std::size_t n, F&& fn) const {
+    for (std::size_t s = first / layout_.subgroup_elems; s < layout_.subgroups() && layout_.begin(s) < first + n; ++s)
+      fn(s, std::max(first, layout_.begin(s)), std::min(first + n, layout_.begin(s) + layout_.length(s)));
+  }
+
+ private:
+  offload_layout layout_;
+  host_budget* budget_;
+  budgeted_allocation store_;
+  grad_kind kind_ = grad_kind::f32;
+  std::vector<std::size_t> received_;
+};
+
+}  // namespace strata

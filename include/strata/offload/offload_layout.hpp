@@ -1,0 +1,112 @@
+#pragma once
+/// offload_layout: how offloaded_adamw lays out its parameters and their state, in one place, for
+/// the optimizer, its presets, strata-bench and anyone sizing a budget: subgroups of
+/// `subgroup_elems` parameters (the last may be shorter); per subgroup one state object
+/// "<prefix>.sg-<i>" holding master | m | v (| max v with amsgrad) as fp32, and with gradients on
+/// the tier one fp32 gradient object "<prefix>.gr-<i>"; one host slot per subgroup in flight
+/// holding the state (and the gradients read with it), page-rounded; one device slot holding the
+/// state, the gradients and the 16-bit model copy, each part 256-byte aligned.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+#include "strata/offload/offload_options.hpp"
+#include "strata/optim/adamw_math.hpp"
+#include "strata/pipeline/host_budget.hpp"
+#include "strata/pipeline/subgroup_pipeline.hpp"
+
+namespace strata {
+
+struct offload_layout {
+  std::size_t params = 0;
+  std::size_t subgroup_elems = 1;
+  std::size_t sections = 3;  ///< fp32 arrays per parameter: 3, or 4 with amsgrad
+  bool tier_gradients = false;
+
+  /// The layout of `params` parameters under these options (validated: config_error naming the value).
+  [[nodiscard]] static offload_layout of(std::size_t params, const adamw_options& a, const offload_options& o) {
+    o.validate();
+    STRATA_EXPECTS(params > 0, config_error, "offload_layout: no parameters");
+    return {params, o.subgroup_elems, a.amsgrad ? std::size_t{4} : std::size_t{3},
+            o.gradients == gradient_residency::tier};
+  }
+
+  [[nodiscard]] std::size_t subgroups() const noexcept { return (params + subgroup_elems - 1) / subgroup_elems; }
+  /// First parameter of subgroup `s`.
+  [[nodiscard]] std::size_t begin(std::size_t s) const noexcept { return s * subgroup_elems; }
+  /// Parameters of subgroup `s`.
+  [[nodiscard]] std::size_t length(std::size_t s) const noexcept { return std::min(subgroup_elems, params - begin(s)); }
+  /// Parameters of the longest subgroup.
+  [[nodiscard]] std::size_t max_length() const noexcept { return std::min(subgroup_elems, params); }
+  /// Bytes of subgroup `s`'s state object.
+  [[nodiscard]] std::uint64_t state_bytes(std::size_t s) const noexcept {
+    return static_cast<std::uint64_t>(length(s)) * sections * sizeof(float);
+  }
+  /// Bytes of subgroup `s`'s fp32 gradient object (0 unless gradients live on the tier).
+  [[nodiscard]] std::uint64_t gradient_bytes(std::size_t s) const noexcept {
+    return tier_gradients ? static_cast<std::uint64_t>(length(s)) * sizeof(float) : 0;
+  }
+  /// Bytes of one host slot (the largest subgroup's state and tier gradients).
+  [[nodiscard]] std::uint64_t slot_bytes() const noexcept {
+    return static_cast<std::uint64_t>(max_length()) * (sections + (tier_gradients ? 1 : 0)) * sizeof(float);
+  }
+  /// What one host slot costs a host_budget (whole pages).
+  [[nodiscard]] std::uint64_t slot_footprint() const noexcept { return host_budget::footprint(slot_bytes()); }
+  /// Whole slots a cache of `bytes` holds (capped at the subgroup count).
+  [[nodiscard]] std::size_t cache_slots(std::uint64_t bytes) const noexcept {
+    return static_cast<std::size_t>(std::min<std::uint64_t>(bytes / slot_footprint(), subgroups()));
+  }
+  /// Bytes of a cache of `k` subgroups (what to pass as host_cache_bytes).
+  [[nodiscard]] std::uint64_t cache_bytes(std::size_t k) const noexcept { return k * slot_footprint(); }
+
+  // Device slots: state | gradients (room for fp32) | 16-bit model copy.
+  static constexpr std::uint64_t device_alignment = 256;
+  [[nodiscard]] static constexpr std::uint64_t align_up(std::uint64_t x) noexcept {
+    return (x + device_alignment - 1) / device_alignment * device_alignment;
+  }
+  [[nodiscard]] std::uint64_t max_state_bytes() const noexcept { return state_bytes(0); }
+  [[nodiscard]] std::uint64_t device_gradient_offset() const noexcept { return align_up(max_state_bytes()); }
+  [[nodiscard]] std::uint64_t device_model_offset() const noexcept {
+    return align_up(device_gradient_offset() + static_cast<std::uint64_t>(max_length()) * sizeof(float));
+  }
+  /// Device bytes of a slot beyond the state (the pipeline's device_extra_bytes).
+  [[nodiscard]] std::uint64_t device_extra_bytes() const noexcept {
+    return device_model_offset() + static_cast<std::uint64_t>(max_length()) * 2 - max_state_bytes();
+  }
+
+  /// Host slots of a pipeline with these options (cache, read-ahead, writes, the one updating),
+  /// plus a landing slot per device update in flight when `device` is true.
+  [[nodiscard]] std::size_t host_slots(const offload_options& o, bool device) const noexcept {
+    return cache_slots(o.host_cache_bytes) + o.prefetch_depth + o.write_behind_depth + 1 + (device ? o.device_depth : 0);
+  }
+  /// Host memory of the pipeline and cache (the budget must also cover the gradient store of
+  /// accept_gradients: params x the gradient size, with host residency).
+  [[nodiscard]] std::uint64_t required_host_memory(const offload_options& o, bool device = false) const noexcept {
+    return host_slots(o, device) * slot_footprint();
+  }
+
+  /// The tier objects, as the pipeline takes them.
+  [[nodiscard]] std::vector<pipeline_object> objects(const std::string& prefix) const {
+    std::vector<pipeline_object> v;
+    v.reserve(subgroups());
+    for (std::size_t s = 0; s < subgroups(); ++s)
+      v.push_back({state_name(prefix, s), state_bytes(s), tier_gradients ? gradient_name(prefix, s) : std::string{},
+                   gradient_bytes(s)});
+    return v;
+  }
+  [[nodiscard]] static std::string state_name(const std::string& prefix, std::size_t s) {
+    return fmt::format("{}.sg-{}", prefix, s);
+  }
+  [[nodiscard]] static std::string gradient_name(const std::string& prefix, std::size_t s) {
+    return fmt::format("{}.gr-{}", prefix, s);
+  }
+};
+
+}  // namespace strata

@@ -1,0 +1,451 @@
+// subgroup_pipeline's schedule, proven on host streams: the copy of subgroup k+1 overlaps the
+// kernel of subgroup k, depths stay bounded, no tier write starts before its copy back from the
+// device ended, a slow path never holds back a fast one, eager writes start before any read
+// completes, and failures on a stream leave every subgroup at the old or the new state.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/exec/detail/stream_adaptor_base.hpp>
+#include <strata/exec/faulty_stream.hpp>
+#include <strata/exec/host_executor.hpp>
+#include <strata/exec/paced.hpp>
+#include <strata/pipeline/subgroup_pipeline.hpp>
+#include <strata/policy/lru.hpp>
+#include <strata/policy/sweep_aware.hpp>
+#include <strata/policy/update_order.hpp>
+#include <strata/tier/adaptor_base.hpp>
+#include <strata/tier/host_tier.hpp>
+#include <strata/tier/multipath.hpp>
+#include <strata/tier/throttled.hpp>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto hang_guard = 60s;  // only guards against hangs
+
+// What the recording streams and probe tiers saw.
+struct op_log {
+  std::mutex m;
+  std::condition_variable cv;
+  int h2d_started = 0;   // state copies to the device begun
+  int device_now = 0;    // device updates between their copy in and the end of their copy back
+  int device_most = 0;
+  std::set<const std::byte*> d2h_pending;  // host buffers a copy back is filling
+  std::vector<std::string> write_before_d2h;  // violations
+  void h2d_begins() {
+    std::lock_guard l(m);
+    ++h2d_started;
+    device_most = std::max(device_most, ++device_now);
+    cv.notify_all();
+  }
+  bool wait_h2d(int n) {
+    std::unique_lock l(m);
+    return cv.wait_for(l, hang_guard, [&] { return h2d_started >= n; });
+  }
+};
+
+// A stream that tells the log when copies begin and end.
+template <class Inner>
+class recording : public strata::detail::stream_adaptor_base<Inner> {
+  using base = strata::detail::stream_adaptor_base<Inner>;
+
+ public:
+  template <class... A>
+  explicit recording(op_log* log, A&&... a) : base(std::in_place, std::forward<A>(a)...), log_(log) {}
+  void copy_to_device(std::span<std::byte> dst, std::span<const std::byte> src) {
+    this->inner_.enqueue_host([log = log_] { log->h2d_begins(); });
+    this->inner_.copy_to_device(dst, src);
+  }
+  void copy_to_host(std::span<std::byte> dst, std::span<const std::byte> src) {
+    this->inner_.enqueue_host([log = log_, p = dst.data()] {
+      std::lock_guard l(log->m);
+      log->d2h_pending.insert(p);
+    });
+    this->inner_.copy_to_host(dst, src);
+    this->inner_.enqueue_host([log = log_, p = dst.data()] {
+      std::lock_guard l(log->m);
+      log->d2h_pending.erase(p);
+      --log->device_now;
+    });
+  }
+
+ private:
+  op_log* log_;
+};
+
+// A tier that counts its requests in flight (the most at once) and checks every write against
+// the copies back in progress.
+template <class Inner>
+class probe : public strata::detail::adaptor_base<Inner> {
+  using base = strata::detail::adaptor_base<Inner>;
+
+ public:
+  template <class... A>
+  explicit probe(op_log* log, A&&... a) : base(std::in_place, std::forward<A>(a)...), log_(log) {}
+  strata::io_future read(std::string_view o, std::uint64_t off, std::span<std::byte> dst) {
+    return count(reads_, most_reads_, this->inner_.read(o, off, dst));
+  }
+  strata::io_future write(std::string_view o, std::uint64_t off, std::span<const std::byte> src) {
+    if (log_ != nullptr) {
+      std::lock_guard l(log_->m);
+      if (log_->d2h_pending.contains(src.data())) log_->write_before_d2h.emplace_back(o);
+    }
+    return count(writes_, most_writes_, this->inner_.write(o, off, src));
+  }
+  void reset_most() {
+    most_reads_ = reads_.load();
+    most_writes_ = writes_.load();
+  }
+  int most_reads() const { return most_reads_.load(); }
+  int most_writes() const { return most_writes_.load(); }
+  int reads_done() const { return reads_done_.load(); }
+
+ private:
+  strata::io_future count(std::atomic<int>& now, std::atomic<int>& most, strata::io_future f) {
+    const int n = ++now;
+    int seen = most.load();
+    while (n > seen && !most.compare_exchange_weak(seen, n)) {
+    }
+    f.on_complete([&now, this, reading = &now == &reads_](std::exception_ptr) {
+      --now;
+      if (reading) ++reads_done_;
+    });
+    return f;
+  }
+  op_log* log_;
+  std::atomic<int> reads_{0}, writes_{0}, most_reads_{0}, most_writes_{0}, reads_done_{0};
+};
+
+using stream_t = recording<strata::paced<strata::host_stream>>;
+using exec_t = strata::host_executor<stream_t>;
+using path_t = probe<strata::throttled<strata::host_tier>>;
+
+exec_t make_executor(op_log& log, double bw) {
+  return exec_t({.name = "sim"}, [&log, bw](strata::stream_role, const std::string& name) {
+    return std::make_unique<stream_t>(&log, strata::pace_options{.h2d_bandwidth = bw, .d2h_bandwidth = bw}, name);
+  });
+}
+
+std::vector<strata::pipeline_object> float_objects(std::size_t subgroups, std::size_t n) {
+  std::vector<strata::pipeline_object> v;
+  for (std::size_t s = 0; s < subgroups; ++s) v.push_back({fmt::format("sg-{}", s), n * sizeof(float)});
+  return v;
+}
+
+// Adds 1 to every float of a subgroup, on the host or (as a task on the compute stream) on the
+// device. The k-th device kernel waits until the copy in of the (k+1)-th device update has begun,
+// and records whether it saw that happen: only a pipeline that overlaps the two lets it.
+template <class Exec>
+struct add_one_kernel {
+  op_log* log = nullptr;
+  std::size_t device_updates = 0;  // expected this pass (the last one has no successor)
+  std::atomic<std::size_t> kernels{0};
+  std::vector<int> overlapped;
+  std::mutex m;
+  std::vector<std::size_t> committed_order;  // read once the pass is over
+  std::atomic<int> commits{0};              // read while it runs
+
+  static void add(std::span<std::byte> bytes) {
+    auto* f = reinterpret_cast<float*>(bytes.data());
+    for (std::size_t i = 0; i < bytes.size() / sizeof(float); ++i) f[i] += 1.0f;
+  }
+  void host(std::size_t, std::span<std::byte> slot) { add(slot); }
+  void committed(std::size_t s) {
+    committed_order.push_back(s);
+    ++commits;
+  }
+  template <class S>
+  void device_in(std::size_t, std::span<std::byte>, std::span<std::byte>, S&) {}
+  void device_update(std::size_t, std::span<std::byte> dev, Exec& e) {
+    e.compute().enqueue_host([this, dev] {
+      const std::size_t k = kernels++;
+      if (log != nullptr && k + 1 < device_updates) {
+        const bool saw = log->wait_h2d(static_cast<int>(k) + 2);
+        std::lock_guard l(m);
+        overlapped.push_back(saw ? 1 : 0);
+      }
+      add(dev);
+    });
+  }
+  template <class S>
+  void device_out(std::size_t, std::span<std::byte>, S&) {}
+};
+
+}  // namespace
+
+TEST_CASE("device updates overlap the copy of k+1 with the kernel of k, depths stay bounded, and no write precedes its copy back") {
+  const std::size_t subgroups = 12, n = 64 * 1024;  // 256 KiB a subgroup
+  op_log log;
+  auto exec = make_executor(log, 2e9);
+  path_t fast(&log, strata::throttle_options{400e6, 400e6, {}}, strata::host_tier_options{.name = "fast"});
+  path_t slow(&log, strata::throttle_options{200e6, 200e6, {}}, strata::host_tier_options{.name = "slow"});
+  strata::multipath<strata::fixed_ratio, path_t&, path_t&> tier(strata::fixed_ratio({2, 1}), fast, slow);
+  strata::host_budget budget(strata::unlimited_capacity);
+  strata::pipeline_options po;
+  po.cache_slots = 3;
+  po.prefetch_depth = 2;
+  po.write_behind_depth = 2;
+  po.device_depth = 3;
+  strata::subgroup_pipeline<decltype(tier), strata::sweep_aware, exec_t, strata::always_device> pipe(
+      tier, exec, budget, float_objects(subgroups, n), po);
+  pipe.initialize([](std::size_t s, std::span<std::byte> b) {
+    auto* f = reinterpret_cast<float*>(b.data());
+    for (std::size_t i = 0; i < b.size() / 4; ++i) f[i] = static_cast<float>(s);
+  });
+  fast.reset_most();  // initialize writes objects not placed yet: the per-path depths hold for passes
+  slow.reset_most();
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    const auto order = strata::order_of(strata::alternating{}, step, subgroups);
+    const auto next = strata::order_of(strata::alternating{}, step + 1, subgroups);
+    add_one_kernel<exec_t> k;
+    k.log = &log;
+    k.device_updates = subgroups;
+    {
+      std::lock_guard l(log.m);
+      log.h2d_started = 0;
+    }
+    const auto st = pipe.run(order, next, order, step, k);
+    CHECK(st.updated == subgroups);
+    CHECK(st.device_updates == subgroups);
+    REQUIRE(k.overlapped.size() == subgroups - 1);
+    CHECK(std::accumulate(k.overlapped.begin(), k.overlapped.end(), 0) == static_cast<int>(subgroups - 1));
+    CHECK(k.committed_order.size() == subgroups);
+  }
+  CHECK(log.device_most <= 3);
+  CHECK(log.device_most >= 2);
+  CHECK(log.write_before_d2h.empty());
+  CHECK(fast.most_reads() <= 2);
+  CHECK(slow.most_reads() <= 2);
+  CHECK(fast.most_writes() <= 2);
+  CHECK(slow.most_writes() <= 2);
+  pipe.visit([&](std::size_t s, std::span<const std::byte> b) {
+    const auto* f = reinterpret_cast<const float*>(b.data());
+    CHECK(f[0] == static_cast<float>(s) + 3.0f);
+    CHECK(f[b.size() / 4 - 1] == static_cast<float>(s) + 3.0f);
+  });
+}
+
+// A tier whose reads wait at a gate until the test opens it.
+class gated_tier : public strata::detail::adaptor_base<strata::host_tier> {
+ public:
+  explicit gated_tier(std::string name)
+      : adaptor_base(std::in_place, strata::host_tier_options{.name = std::move(name)}) {}
+  strata::io_future read(std::string_view o, std::uint64_t off, std::span<std::byte> dst) {
+    strata::io_promise p;
+    auto f = p.get_future();
+    {
+      std::lock_guard l(m_);
+      if (!closed_) return inner_.read(o, off, dst);
+      held_.push_back({std::string(o), off, dst, std::move(p)});
+      ++waiting_;
+    }
+    cv_.notify_all();
+    return f;
+  }
+  strata::io_future write(std::string_view o, std::uint64_t off, std::span<const std::byte> src) {
+    ++writes_;
+    cv_.notify_all();
+    return inner_.write(o, off, src);
+  }
+  void close() {
+    std::lock_guard l(m_);
+    closed_ = true;
+  }
+  void open() {
+    std::vector<held> list;
+    {
+      std::lock_guard l(m_);
+      closed_ = false;
+      list.swap(held_);
+    }
+    for (auto& h : list) {
+      try {
+        inner_.read(h.object, h.offset, h.dst).get();
+        h.p.set_value();
+      } catch (...) {
+        h.p.set_exception(std::current_exception());
+      }
+    }
+  }
+  int waiting() {
+    std::lock_guard l(m_);
+    return waiting_;
+  }
+  int writes() const { return writes_.load(); }
+
+ private:
+  struct held {
+    std::string object;
+    std::uint64_t offset;
+    std::span<std::byte> dst;
+    strata::io_promise p;
+  };
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool closed_ = false;
+  std::vector<held> held_;
+  int waiting_ = 0;
+  std::atomic<int> writes_{0};
+};
+static_assert(strata::tier<gated_tier>);
+
+template <class Pred>
+bool eventually(Pred&& pred) {
+  const auto end = std::chrono::steady_clock::now() + hang_guard;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+TEST_CASE("a path whose reads hang does not hold back the other path's read-ahead") {
+  const std::size_t subgroups = 12, n = 1024;
+  gated_tier stuck("stuck");
+  probe<strata::host_tier> free_path(nullptr, strata::host_tier_options{.name = "free"});
+  strata::multipath<strata::fixed_ratio, gated_tier&, probe<strata::host_tier>&> tier(strata::fixed_ratio({1, 1}),
+                                                                                         stuck, free_path);
+  strata::host_executor<> exec;
+  strata::host_budget budget(strata::unlimited_capacity);
+  strata::pipeline_options po;
+  po.prefetch_depth = 3;
+  po.write_behind_depth = 3;
+  strata::subgroup_pipeline<decltype(tier), strata::lru, strata::host_executor<>, strata::always_host> pipe(
+      tier, exec, budget, float_objects(subgroups, n), po);
+  pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+  // Placement 1:1 from subgroup 0: even subgroups on "stuck", odd on "free".
+  stuck.close();
+  const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
+  add_one_kernel<strata::host_executor<>> k;
+  auto pass = std::async(std::launch::async, [&] { return pipe.run(order, {}, order, 0, k); });
+  // Subgroup 0 (stuck) is needed first; meanwhile the free path reads its own three ahead.
+  CHECK(eventually([&] { return free_path.reads_done() >= 3; }));
+  CHECK(stuck.waiting() >= 1);
+  CHECK(k.commits.load() == 0);  // nothing could be updated: subgroup 0 is still being read
+  stuck.open();
+  const auto st = pass.get();
+  CHECK(st.updated == subgroups);
+}
+
+TEST_CASE("eager writes: cached subgroups the order will evict are written before any read of the step completes") {
+  for (const bool eager : {true, false}) {
+    CAPTURE(eager);
+    const std::size_t subgroups = 10, n = 1024;
+    gated_tier t("t");
+    strata::host_executor<> exec;
+    strata::host_budget budget(strata::unlimited_capacity);
+    strata::pipeline_options po;
+    po.cache_slots = 4;
+    po.eager_writes = eager;
+    strata::subgroup_pipeline<gated_tier, strata::sweep_aware, strata::host_executor<>, strata::always_host> pipe(
+        t, exec, budget, float_objects(subgroups, n), po);
+    pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+    add_one_kernel<strata::host_executor<>> k0;
+    auto o0 = strata::order_of(strata::alternating{}, 0, subgroups), o1 = strata::order_of(strata::alternating{}, 1, subgroups);
+    pipe.run(o0, o1, o0, 0, k0);  // leaves 6..9 cached and dirty
+    const int writes_before = t.writes();
+    t.close();
+    add_one_kernel<strata::host_executor<>> k1;
+    auto pass = std::async(std::launch::async, [&] { return pipe.run(o1, o0, o1, 1, k1); });
+    // Step 1 walks 9..0: 9, 8, 7, 6 are hits; 9..6 sit at positions 0..3 < 10 - 4, so the order
+    // pushes them out: written eagerly while every read still waits at the gate.
+    REQUIRE(eventually([&] { return t.waiting() >= 1; }));
+    if (eager) {
+      CHECK(eventually([&] { return t.writes() - writes_before == 4; }));
+    } else {
+      std::this_thread::sleep_for(20ms);
+      CHECK(t.writes() == writes_before);  // nothing to write before a miss is updated
+    }
+    t.open();
+    const auto st = pass.get();
+    CHECK(st.cache_hits == 4);
+    CHECK(st.bytes_written == 6 * n * sizeof(float));  // 10 - 4 kept, either way
+  }
+}
+
+TEST_CASE("a failed copy or kernel leaves each subgroup at the old or the new state; the retry finishes the pass") {
+  const std::size_t subgroups = 9, n = 4096;
+  for (const auto role : {strata::stream_role::h2d, strata::stream_role::compute, strata::stream_role::d2h})
+    for (const std::uint64_t after : {0, 2, 5}) {
+      CAPTURE(strata::to_string(role));
+      CAPTURE(after);
+      using S = strata::faulty<strata::host_stream>;
+      S* target = nullptr;
+      strata::host_executor<S> exec({}, [&](strata::stream_role r, const std::string& name) {
+        auto s = std::make_unique<S>(name);
+        if (r == role) target = s.get();
+        return s;
+      });
+      strata::host_tier t(strata::host_tier_options{.name = "t"});
+      strata::host_budget budget(strata::unlimited_capacity);
+      strata::pipeline_options po;
+      po.cache_slots = 2;
+      strata::subgroup_pipeline<strata::host_tier, strata::sweep_aware, strata::host_executor<S>,
+                                strata::alternating_site>
+          pipe(t, exec, budget, float_objects(subgroups, n), po, {}, strata::alternating_site{1, 2});
+      pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+      target->inject({.op = role == strata::stream_role::compute ? std::optional(strata::stream_op::task)
+                                                                 : std::optional<strata::stream_op>(),
+                      .after = after});
+      const auto order = strata::order_of(strata::alternating{}, 0, subgroups);
+      std::vector<std::size_t> todo = order;
+      std::vector<int> updates(subgroups, 0);
+      bool failed = false;
+      for (int attempt = 0; attempt < 3 && !todo.empty(); ++attempt) {
+        add_one_kernel<strata::host_executor<S>> k;
+        try {
+          pipe.run(order, {}, todo, 0, k);
+        } catch (const strata::stream_error& e) {
+          failed = true;
+          CHECK(std::string(e.what()).find("injected fault") != std::string::npos);
+        }
+        for (const auto s : k.committed_order) ++updates[s];
+        std::vector<std::size_t> left;
+        for (const auto s : todo)
+          if (updates[s] == 0) left.push_back(s);
+        todo = left;
+      }
+      CHECK(failed);
+      CHECK(todo.empty());
+      // Exactly one update each: a failed one never half-applied, a committed one never repeated.
+      pipe.visit([&](std::size_t s, std::span<const std::byte> b) {
+        CAPTURE(s);
+        CHECK(updates[s] == 1);
+        const auto* f = reinterpret_cast<const float*>(b.data());
+        for (std::size_t i = 0; i < n; i += 1021) CHECK(f[i] == 1.0f);
+      });
+    }
+}
+
+TEST_CASE("a pass refuses a subgroup listed twice, and a device site needs a device depth") {
+  strata::host_tier t(strata::host_tier_options{.name = "t"});
+  strata::host_executor<> exec;
+  strata::host_budget budget(strata::unlimited_capacity);
+  strata::subgroup_pipeline<strata::host_tier, strata::lru, strata::host_executor<>, strata::always_host> pipe(
+      t, exec, budget, float_objects(3, 16), strata::pipeline_options{});
+  pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+  add_one_kernel<strata::host_executor<>> k;
+  const std::vector<std::size_t> order{0, 1, 2};
+  CHECK_THROWS_AS(pipe.run(order, {}, std::vector<std::size_t>{0, 0}, 0, k), strata::config_error);  // twice
+  using device_pipeline =
+      strata::subgroup_pipeline<strata::host_tier, strata::lru, strata::host_executor<>, strata::always_device>;
+  CHECK_THROWS_AS(device_pipeline(t, exec, budget, float_objects(3, 16), strata::pipeline_options{.device_depth = 0}),
+                  strata::config_error);
+  const auto st = pipe.run(order, {}, order, 0, k);
+  CHECK(st.updated == 3);
+}
