@@ -449,3 +449,31 @@ TEST_CASE("a pass refuses a subgroup listed twice, and a device site needs a dev
   const auto st = pipe.run(order, {}, order, 0, k);
   CHECK(st.updated == 3);
 }
+
+TEST_CASE("cached subgroups an lru cache evicts before their update give their slots back (no starved read)") {
+  // lru under the sequential order evicts, at the start of each pass, subgroups the pass has yet
+  // to update; their slots must return, or the slots sized for cache + read-ahead run out.
+  for (const std::size_t cache : {std::size_t{2}, std::size_t{3}, std::size_t{4}}) {
+    CAPTURE(cache);
+    const std::size_t subgroups = 7, n = 256;
+    strata::host_tier t(strata::host_tier_options{.name = "t"});
+    strata::host_executor<> exec;
+    strata::host_budget budget(strata::unlimited_capacity);
+    strata::pipeline_options po;
+    po.cache_slots = cache;
+    po.prefetch_depth = 0;
+    po.write_behind_depth = 1;
+    strata::subgroup_pipeline<strata::host_tier, strata::lru, strata::host_executor<>, strata::always_host> pipe(
+        t, exec, budget, float_objects(subgroups, n), po);
+    pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+    const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
+    for (std::uint64_t step = 0; step < 4; ++step) {
+      add_one_kernel<strata::host_executor<>> k;
+      CHECK(pipe.run(order, order, order, step, k).updated == subgroups);
+    }
+    pipe.visit([&](std::size_t, std::span<const std::byte> b) {
+      CHECK(reinterpret_cast<const float*>(b.data())[0] == 4.0f);
+    });
+    CHECK(pipe.slots().free_host() + cache == po.host_slots());  // every slot but the cache's is back
+  }
+}

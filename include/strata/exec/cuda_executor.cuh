@@ -115,6 +115,7 @@ class cuda_executor {
     STRATA_EXPECTS(g.exp_avg.size() == n && g.exp_avg_sq.size() == n && g.grad.size() == n &&
                        (!k.amsgrad || g.max_exp_avg_sq.size() == n) && (g.model_out.empty() || g.model_out.size() == n),
                    config_error, "cuda_executor::enqueue_update: arrays of different lengths for {} parameters", n);
+    STRATA_CUDA_TRY(cudaSetDevice(opts_.device));  // the kernel launches on the current device
     cuda::adamw_update<G, H>(g.master.data(), g.exp_avg.data(), g.exp_avg_sq.data(),
                              k.amsgrad ? g.max_exp_avg_sq.data() : nullptr, g.grad.data(),
                              g.model_out.empty() ? nullptr : g.model_out.data(), n, k, compute_.native());

@@ -11,9 +11,12 @@
 /// skip them), as the stream contract allows. sync() also reports errors of the device itself
 /// (cudaStreamSynchronize) as cuda_error.
 ///
-/// Host functions run on a CUDA driver thread and must not call CUDA: continuations of an
-/// event's completion run there, so they must only record what happened (strata's pipeline
-/// posts a message to its own thread).
+/// Host tasks are cudaLaunchHostFunc (CUDA skips them after a device error); event completions
+/// and the error hand-over of wait() are stream callbacks (cudaStreamAddCallback), which CUDA
+/// runs with the stream's status even after a device error, so a faulting kernel fails the
+/// events after it instead of leaving them pending. Both run on a CUDA driver thread and must not
+/// call CUDA: continuations of an event's completion run there, so they must only record what
+/// happened (strata's pipeline posts a message to its own thread).
 
 #include "strata/core/config.hpp"
 
@@ -125,13 +128,17 @@ class cuda_stream {
     // The completion is fulfilled by a host function first and the CUDA event is recorded after
     // it, so a stream that waits on the event runs only once the completion has settled (wait()
     // relies on that to pass errors on).
-    auto* p = new event_call{completion_promise{}, state_};
+    auto* p = new event_call{completion_promise{}, state_, name_};
     auto done = p->promise.get_future();
-    launch(&event_call::run, p, "record", [p] {
+    add_callback(&event_call::run, p, "record", [p] {
       p->promise.set_exception(p->state->error());
       delete p;
     });
-    if (const cudaError_t rc = cudaEventRecord(h->event, stream_); rc != cudaSuccess) fail_call(rc, "cudaEventRecord", __LINE__);
+    if (const cudaError_t rc = cudaEventRecord(h->event, stream_); rc != cudaSuccess) {
+      // Nobody may wait on an event that was never recorded: hand out a failed, complete one.
+      fail_call(rc, "cudaEventRecord", __LINE__);
+      return cuda_event(nullptr, make_ready_completion(state_->error()));
+    }
     return cuda_event(std::move(h), std::move(done));
   }
 
@@ -142,13 +149,20 @@ class cuda_stream {
     }
     if (const cudaError_t rc = cudaStreamWaitEvent(stream_, e.native(), 0); rc != cudaSuccess)
       fail_call(rc, "cudaStreamWaitEvent", __LINE__);
-    auto* w = new wait_call{e.completion(), state_};
-    launch(&wait_call::run, w, "wait", [w] { delete w; });
+    auto* w = new wait_call{e.completion(), state_, name_};
+    add_callback(&wait_call::run, w, "wait", [w] { delete w; });
   }
 
+  /// Waits for the stream; rethrows the first error since the last sync (which it clears), else
+  /// a device error the stream reports.
   void sync() {
-    STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
-    if (auto err = state_->take()) std::rethrow_exception(err);
+    const auto err = state_->take();  // cleared even when the device reports an error too
+    const cudaError_t rc = cudaStreamSynchronize(stream_);
+    if (err) {
+      (void)cudaGetLastError();
+      std::rethrow_exception(err);
+    }
+    STRATA_CUDA_TRY(rc);
   }
 
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
@@ -169,19 +183,34 @@ class cuda_stream {
       }
     }
   };
+  // A device error as a stream callback sees it (no CUDA call may name it there; sync() then
+  // reports the full cuda_error).
+  static void fail_from_status(detail::cuda_stream_state& state, const std::string& stream, cudaError_t status) noexcept {
+    if (status == cudaSuccess) return;
+    try {
+      state.fail(std::make_exception_ptr(
+          stream_error(stream, "device work", fmt::format("CUDA error {} (sync() names it)", static_cast<int>(status)))));
+    } catch (...) {
+      state.fail(std::current_exception());
+    }
+  }
   struct event_call {
     completion_promise promise;
     std::shared_ptr<detail::cuda_stream_state> state;
-    static void CUDART_CB run(void* p) noexcept {
+    std::string stream;
+    static void CUDART_CB run(cudaStream_t, cudaError_t status, void* p) noexcept {
       std::unique_ptr<event_call> self(static_cast<event_call*>(p));
+      fail_from_status(*self->state, self->stream, status);
       self->promise.complete(self->state->error());
     }
   };
   struct wait_call {
     strata::completion waited;
     std::shared_ptr<detail::cuda_stream_state> state;
-    static void CUDART_CB run(void* p) noexcept {
+    std::string stream;
+    static void CUDART_CB run(cudaStream_t, cudaError_t status, void* p) noexcept {
       std::unique_ptr<wait_call> self(static_cast<wait_call*>(p));
+      fail_from_status(*self->state, self->stream, status);
       if (auto err = self->waited.exception()) self->state->fail(err);
     }
   };
@@ -191,6 +220,14 @@ class cuda_stream {
   template <class Undo>
   void launch(void (*fn)(void*), void* arg, const char* what, Undo&& undo) {
     if (const cudaError_t rc = cudaLaunchHostFunc(stream_, fn, arg); rc != cudaSuccess) {
+      fail_call(rc, what, __LINE__);
+      undo();
+    }
+  }
+  // A stream callback: runs with the stream's status, also after a device error.
+  template <class Undo>
+  void add_callback(cudaStreamCallback_t fn, void* arg, const char* what, Undo&& undo) {
+    if (const cudaError_t rc = cudaStreamAddCallback(stream_, fn, arg, 0); rc != cudaSuccess) {
       fail_call(rc, what, __LINE__);
       undo();
     }

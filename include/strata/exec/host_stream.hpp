@@ -113,8 +113,9 @@ class host_stream {
   void push(op o) {
     {
       std::lock_guard lock(mutex_);
-      queue_.push_back(std::move(o));
+      // The worker first: work queued with nobody to run it would never complete.
       if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
+      queue_.push_back(std::move(o));
     }
     cv_.notify_one();
   }

@@ -9,12 +9,15 @@
 ///   "landing" slot that the copy back from the device fills: the subgroup's own host slot keeps
 ///   the old state until the update commits, and then the two swap roles.
 /// - The cache index (cache_index<Evict>) of the subgroups kept between passes. A subgroup in
-///   flight is pinned in the eviction policy (pin/unpin), so it is never the victim.
+///   flight is pinned in the eviction policy (pin/unpin), so it is never the victim. The policy
+///   is type-erased behind `pipeline_cache` (one virtual call per subgroup event), so that the
+///   pipeline's machinery is compiled once per executor, not once per policy.
 ///
 /// Not thread-safe: the pipeline's thread owns it.
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -30,6 +33,43 @@
 
 namespace strata {
 
+/// The host cache as the pipeline uses it: cache_index<Evict> behind virtual calls.
+class pipeline_cache {
+ public:
+  virtual ~pipeline_cache() = default;
+  virtual void begin_step(std::span<const std::size_t> order, std::span<const std::size_t> next) = 0;
+  /// The walk uses `id`: admits it when absent (evicting a victim), counts a hit or a miss.
+  virtual cache_lookup access(std::size_t id) = 0;
+  [[nodiscard]] virtual bool contains(std::size_t id) const = 0;
+  [[nodiscard]] virtual std::size_t size() const noexcept = 0;
+  [[nodiscard]] virtual std::size_t capacity() const noexcept = 0;
+  /// Whether some cached subgroup is unpinned (so that admitting one can evict it).
+  [[nodiscard]] virtual bool has_victim() const = 0;
+  virtual void pin(std::size_t id) = 0;
+  virtual void unpin(std::size_t id) noexcept = 0;
+};
+
+namespace detail {
+template <eviction_policy Evict>
+class pipeline_cache_of final : public pipeline_cache {
+ public:
+  pipeline_cache_of(std::size_t capacity, Evict evict) : index_(capacity, std::move(evict)) {}
+  void begin_step(std::span<const std::size_t> order, std::span<const std::size_t> next) override {
+    index_.begin_step(order, next);
+  }
+  cache_lookup access(std::size_t id) override { return index_.access(id); }
+  [[nodiscard]] bool contains(std::size_t id) const override { return index_.contains(id); }
+  [[nodiscard]] std::size_t size() const noexcept override { return index_.size(); }
+  [[nodiscard]] std::size_t capacity() const noexcept override { return index_.capacity(); }
+  [[nodiscard]] bool has_victim() const override { return index_.policy().victim().has_value(); }
+  void pin(std::size_t id) override { index_.pin(id); }
+  void unpin(std::size_t id) noexcept override { index_.unpin(id); }
+
+ private:
+  cache_index<Evict> index_;
+};
+}  // namespace detail
+
 /// How many buffers of which size a slot_pool holds.
 struct slot_pool_options {
   std::size_t host_slots = 0;         ///< host slots for reads, updates and writes (the cache's included)
@@ -39,14 +79,15 @@ struct slot_pool_options {
   std::size_t device_slot_bytes = 0;  ///< bytes of each device slot
 };
 
-template <eviction_policy Evict, executor Exec>
+template <executor Exec>
 class slot_pool {
  public:
   using device_buffer_type = typename Exec::device_buffer;
 
   /// Allocates every buffer now (host ones from `budget`, device ones from `exec`): a budget too
-  /// small fails here, never mid-pass.
-  slot_pool(host_budget& budget, Exec& exec, slot_pool_options o, Evict evict = Evict{}) : opts_(o) {
+  /// small fails here, never mid-pass. `evict` ranks the cache (when o.cache_slots > 0).
+  template <eviction_policy Evict>
+  slot_pool(host_budget& budget, Exec& exec, slot_pool_options o, Evict evict) : opts_(o) {
     STRATA_EXPECTS(o.cache_slots < o.host_slots || (o.host_slots == 0 && o.cache_slots == 0), config_error,
                    "slot_pool: {} cache slots need more than {} host slots", o.cache_slots, o.host_slots);
     for (std::size_t i = 0; i < o.host_slots + o.device_slots; ++i)
@@ -57,7 +98,7 @@ class slot_pool {
       device_.push_back(exec.allocate_device(o.device_slot_bytes));
       free_device_.push_back(o.device_slots - 1 - i);
     }
-    if (o.cache_slots > 0) cache_.emplace(o.cache_slots, std::move(evict));
+    if (o.cache_slots > 0) cache_ = std::make_unique<detail::pipeline_cache_of<Evict>>(o.cache_slots, std::move(evict));
   }
   slot_pool(const slot_pool&) = delete;
   slot_pool& operator=(const slot_pool&) = delete;
@@ -82,8 +123,8 @@ class slot_pool {
   }
 
   /// The host cache (null without one).
-  [[nodiscard]] cache_index<Evict>* cache() noexcept { return cache_ ? &*cache_ : nullptr; }
-  [[nodiscard]] const cache_index<Evict>* cache() const noexcept { return cache_ ? &*cache_ : nullptr; }
+  [[nodiscard]] pipeline_cache* cache() noexcept { return cache_.get(); }
+  [[nodiscard]] const pipeline_cache* cache() const noexcept { return cache_.get(); }
   [[nodiscard]] bool cached(std::size_t s) const { return cache_ && cache_->contains(s); }
 
   /// Work on `s` starts: pins it in the eviction policy when it is cached. Pins nest.
@@ -117,7 +158,7 @@ class slot_pool {
   std::vector<std::size_t> landing_;
   std::vector<device_buffer_type> device_;
   std::vector<std::size_t> free_device_;
-  std::optional<cache_index<Evict>> cache_;
+  std::unique_ptr<pipeline_cache> cache_;
   std::unordered_map<std::size_t, unsigned> pins_;
 };
 

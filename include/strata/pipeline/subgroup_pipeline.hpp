@@ -75,6 +75,7 @@
 #include "strata/pipeline/subgroup_state.hpp"
 #include "strata/policy/eviction_policy.hpp"
 #include "strata/policy/update_site.hpp"
+#include "strata/tier/any_tier.hpp"
 #include "strata/tier/tier.hpp"
 
 namespace strata {
@@ -175,25 +176,32 @@ struct kernel_ref {
   }
 };
 
-}  // namespace detail
+/// The tier as the pipeline core sees it: requests through any_tier, and where objects are.
+struct pipeline_tier {
+  any_tier tier;
+  std::function<std::optional<std::size_t>(std::string_view)> placed_path;  ///< nullopt: not placed yet
+  std::function<std::vector<tier_descriptor>()> paths;
+};
 
-template <tier Tier, eviction_policy Evict, executor Exec, update_site Site>
-class subgroup_pipeline {
+/// Everything of subgroup_pipeline that does not depend on the tier's or the policy's type (both
+/// are type-erased: one virtual call per request or subgroup event), so that it is compiled once
+/// per executor and site rather than once per tier stack and policy.
+template <executor Exec, update_site Site>
+class pipeline_core {
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   static constexpr std::size_t max_host_updates = 2;  // queued on the CPU worker, so it never idles
   using clock = std::chrono::steady_clock;
 
  public:
-  using tier_type = Tier;
-  using eviction_type = Evict;
   using executor_type = Exec;
   using site_type = Site;
 
-  /// Allocates every slot now (from `budget`, which must outlive the pipeline, and from `exec`);
-  /// writes nothing. `tier` and `exec` must outlive the pipeline.
-  subgroup_pipeline(Tier& tier, Exec& exec, host_budget& budget, std::vector<pipeline_object> objects,
-                    pipeline_options o, Evict evict = Evict{}, Site site = Site{}, tracer* trace = nullptr)
-      : tier_(&tier),
+  template <eviction_policy Evict>
+  pipeline_core(pipeline_tier tier, Exec& exec, host_budget& budget, std::vector<pipeline_object> objects,
+                pipeline_options o, Evict evict, Site site, tracer* trace)
+      : tier_(std::move(tier.tier)),
+        placed_path_(std::move(tier.placed_path)),
+        describe_paths_(std::move(tier.paths)),
         exec_(&exec),
         objects_(std::move(objects)),
         opts_(std::move(o)),
@@ -207,13 +215,13 @@ class subgroup_pipeline {
                    "subgroup_pipeline: the update site may choose the device, but device_depth is 0");
     recs_.resize(objects_.size());
     wanted_.assign(objects_.size(), false);
-    paths_ = detail::path_descriptors(*tier_);
+    paths_ = describe_paths_();
     path_reads_.assign(paths_.size(), 0);
     path_writes_.assign(paths_.size() + 1, 0);  // the last: objects not placed yet
     write_queue_.resize(paths_.size() + 1);
   }
-  subgroup_pipeline(const subgroup_pipeline&) = delete;
-  subgroup_pipeline& operator=(const subgroup_pipeline&) = delete;
+  pipeline_core(const pipeline_core&) = delete;
+  pipeline_core& operator=(const pipeline_core&) = delete;
 
   /// Host slot bytes for `objects` (the largest state plus side object).
   [[nodiscard]] static std::size_t host_slot_bytes(std::span<const pipeline_object> objects) {
@@ -262,7 +270,7 @@ class subgroup_pipeline {
       if (recs_[s].state.phase == subgroup_phase::resident && recs_[s].state.dirty) queue_write(s);
     run_loop([&] { issue_writes(nullptr); }, [] { return true; }, nullptr);
     end_call();
-    tier_->flush();
+    tier_.flush();
   }
 
   /// Lends a free host slot to `fn(std::span<std::byte>)` between passes (scratch memory that
@@ -274,7 +282,7 @@ class subgroup_pipeline {
     STRATA_EXPECTS(slot.has_value(), capacity_error,
                    "subgroup_pipeline: no free host slot to lend (all {} hold subgroups)", pool_.options().host_slots);
     struct give_back {
-      slot_pool<Evict, Exec>& pool;
+      slot_pool<Exec>& pool;
       std::size_t slot;
       ~give_back() { pool.give_host(slot); }
     } guard{pool_, *slot};
@@ -292,11 +300,10 @@ class subgroup_pipeline {
   [[nodiscard]] std::size_t path_count() const noexcept { return paths_.size(); }
   [[nodiscard]] const std::vector<tier_descriptor>& paths() const noexcept { return paths_; }
   /// Re-reads the paths' descriptors (bandwidths measured meanwhile).
-  void refresh_paths() { paths_ = detail::path_descriptors(*tier_); }
-  [[nodiscard]] const slot_pool<Evict, Exec>& slots() const noexcept { return pool_; }
+  void refresh_paths() { paths_ = describe_paths_(); }
+  [[nodiscard]] const slot_pool<Exec>& slots() const noexcept { return pool_; }
   [[nodiscard]] const pipeline_options& options() const noexcept { return opts_; }
   [[nodiscard]] const Site& site() const noexcept { return site_; }
-  [[nodiscard]] Tier& tier() noexcept { return *tier_; }
   [[nodiscard]] Exec& executor() noexcept { return *exec_; }
 
  private:
@@ -334,20 +341,30 @@ class subgroup_pipeline {
     const auto t0 = clock::now();
     trace_span pass_span(tracer_, span_name("pass"));
     begin_call();
+    position_.assign(objects_.size(), npos);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      STRATA_EXPECTS(order[i] < objects_.size() && position_[order[i]] == npos, config_error,
+                     "subgroup_pipeline::run: the order names subgroup {} twice or past the {} subgroups", order[i],
+                     objects_.size());
+      position_[order[i]] = i;
+    }
+    std::vector<bool> wanted(objects_.size(), false);
+    for (const std::size_t s : todo) {
+      STRATA_EXPECTS(s < objects_.size() && position_[s] != npos && !wanted[s], config_error,
+                     "subgroup_pipeline::run: subgroup {} is not in the order, or listed twice", s);
+      wanted[s] = true;
+    }
     pass_stats st;
     st.path_read.assign(paths_.size(), 0);
     st.path_written.assign(paths_.size(), 0);
+    struct forget_stats {  // stats_ never outlives `st`
+      pass_stats*& p;
+      ~forget_stats() { p = nullptr; }
+    } forget{stats_};
     stats_ = &st;
     if (auto* c = pool_.cache()) c->begin_step(order, next);
-    position_.assign(objects_.size(), npos);
-    for (std::size_t i = 0; i < order.size(); ++i) position_[order[i]] = i;
     todo_.assign(todo.begin(), todo.end());
-    wanted_.assign(objects_.size(), false);
-    for (const std::size_t s : todo_) {
-      STRATA_EXPECTS(s < objects_.size() && position_[s] != npos && !wanted_[s], config_error,
-                     "subgroup_pipeline::run: subgroup {} is not in the order, or listed twice", s);
-      wanted_[s] = true;
-    }
+    wanted_ = std::move(wanted);
     order_size_ = order.size();
     step_ = step;
     pos_ = 0;
@@ -364,7 +381,6 @@ class subgroup_pipeline {
     // Read ahead but never updated (a failed pass): clean, so the slot goes back.
     for (std::size_t s = 0; s < recs_.size(); ++s)
       if (recs_[s].state.phase == subgroup_phase::resident && !recs_[s].state.dirty && !pool_.cached(s)) drop(s);
-    stats_ = nullptr;
     st.total_s = seconds_since(t0);
     end_call();
     return st;
@@ -494,8 +510,8 @@ class subgroup_pipeline {
       if (in_flight() == 0 && (err_ || (started() && !queued))) return;
       if (in_flight() == 0) {  // nothing will ever complete: say why instead of waiting forever
         fail(std::make_exception_ptr(capacity_error(fmt::format(
-            "subgroup_pipeline: no progress possible: {} of {} host slots are free and nothing is in flight (subgroups "
-            "whose writes failed hold the others; flush() to retry them)",
+            "subgroup_pipeline: no progress possible: {} of {} host slots are free and nothing is in flight "
+            "(subgroups whose writes failed may hold them: flush() retries those writes)",
             pool_.free_host(), pool_.options().host_slots))));
         return;
       }
@@ -513,7 +529,13 @@ class subgroup_pipeline {
         (why == waiting_for::read ? stats_->read_wait_s
                                   : why == waiting_for::compute ? stats_->compute_s : stats_->write_wait_s) += dt;
       }
-      for (auto& m : inbox) handle(m, kernel);
+      for (auto& m : inbox) {
+        try {
+          handle(m, kernel);
+        } catch (...) {  // a kernel's committed() threw, or an allocation failed: drain, then report
+          fail(std::current_exception());
+        }
+      }
       inbox.clear();
     }
   }
@@ -656,7 +678,7 @@ class subgroup_pipeline {
   [[nodiscard]] std::optional<std::size_t> known_path(std::size_t s) {
     auto& r = recs_[s];
     if (r.path == npos) {
-      const auto p = detail::placed_path(*tier_, objects_[s].name);
+      const auto p = placed_path_(objects_[s].name);
       if (!p) return std::nullopt;
       r.path = std::min(*p, paths_.size() - 1);
     }
@@ -665,7 +687,7 @@ class subgroup_pipeline {
   [[nodiscard]] std::size_t path_of(std::size_t s) { return known_path(s).value_or(0); }
   [[nodiscard]] std::size_t aux_path_of(std::size_t s) {
     auto& r = recs_[s];
-    if (r.aux_path == npos) r.aux_path = std::min(detail::path_index(*tier_, objects_[s].aux_name), paths_.size() - 1);
+    if (r.aux_path == npos) r.aux_path = std::min(placed_path_(objects_[s].aux_name).value_or(0), paths_.size() - 1);
     return r.aux_path;
   }
 
@@ -708,10 +730,10 @@ class subgroup_pipeline {
     ++reads_;
     count(false, p, objects_[s].bytes);
     std::vector<completion> parts;
-    parts.push_back(issue_safely([&] { return tier_->read(objects_[s].name, 0, state_span(r.slot, s)); }));
+    parts.push_back(issue_safely([&] { return tier_.read(objects_[s].name, 0, state_span(r.slot, s)); }));
     if (with_aux) {
       count(false, aux_path_of(s), objects_[s].aux_bytes);
-      parts.push_back(issue_safely([&] { return tier_->read(objects_[s].aux_name, 0, aux_span(r.slot, s)); }));
+      parts.push_back(issue_safely([&] { return tier_.read(objects_[s].aux_name, 0, aux_span(r.slot, s)); }));
     }
     when_all(std::move(parts)).on_complete([this, s](std::exception_ptr e) { post(msg_kind::read, s, std::move(e)); });
   }
@@ -722,7 +744,7 @@ class subgroup_pipeline {
     pool_.pin(s);
     ++aux_reads_;
     count(false, aux_path_of(s), objects_[s].aux_bytes);
-    issue_safely([&] { return tier_->read(objects_[s].aux_name, 0, aux_span(r.slot, s)); })
+    issue_safely([&] { return tier_.read(objects_[s].aux_name, 0, aux_span(r.slot, s)); })
         .on_complete([this, s](std::exception_ptr e) { post(msg_kind::aux_read, s, std::move(e)); });
   }
 
@@ -741,7 +763,7 @@ class subgroup_pipeline {
     r.write_queue = queue;
     ++path_writes_[queue];
     ++writes_;
-    auto done = issue_safely([&] { return tier_->write(objects_[s].name, 0, state_span(r.slot, s)); });
+    auto done = issue_safely([&] { return tier_.write(objects_[s].name, 0, state_span(r.slot, s)); });
     if (st != nullptr) count(true, path_of(s), objects_[s].bytes);  // placed by now
     done.on_complete([this, s](std::exception_ptr e) { post(msg_kind::write, s, std::move(e)); });
   }
@@ -761,6 +783,17 @@ class subgroup_pipeline {
     auto& r = recs_[s];
     apply(s, subgroup_event::update);
     ++host_updates_;
+    struct undo {  // if the task cannot be queued, no message will come: take the update back
+      pipeline_core* self;
+      std::size_t s;
+      bool armed = true;
+      ~undo() {
+        if (!armed) return;
+        --self->host_updates_;
+        self->apply(s, subgroup_event::update_failed);
+        self->pool_.unpin(s);
+      }
+    } guard{this, s};
     cpu_.enqueue_host([this, s, slot = slot_span(r.slot, s), &kernel] {
       std::exception_ptr e;
       const auto t0 = clock::now();
@@ -773,6 +806,7 @@ class subgroup_pipeline {
       }
       post(msg_kind::host_update, s, std::move(e), seconds_since(t0));  // never throws: the worker must go on
     });
+    guard.armed = false;
   }
 
   void start_device_update(std::size_t s, kernel_type& kernel) {
@@ -843,7 +877,7 @@ class subgroup_pipeline {
   // Admits `s` to the cache, evicting a victim; false when every cached subgroup is pinned.
   bool admit(std::size_t s) {
     auto& cache = *pool_.cache();
-    if (cache.size() >= cache.capacity() && !cache.policy().victim()) return false;
+    if (cache.size() >= cache.capacity() && !cache.has_victim()) return false;
     const auto look = cache.access(s);
     if (look.evicted) evict(*look.evicted);
     return true;
@@ -853,9 +887,11 @@ class subgroup_pipeline {
     auto& r = recs_[v];
     switch (r.state.phase) {
       case subgroup_phase::resident:
+        // Its slot goes back even when this pass still has to update it (it is read again then):
+        // the host slots are sized for the cache and the read-ahead, nothing else.
         if (r.state.dirty)
           queue_write(v);  // dropped when the write ends
-        else if (!wanted_[v])
+        else
           drop(v);
         return;
       case subgroup_phase::writing: return;  // dropped when the write ends
@@ -901,7 +937,7 @@ class subgroup_pipeline {
           return;
         }
         apply(s, subgroup_event::write_done);
-        if (!pool_.cached(s) && !wanted_[s]) drop(s);
+        if (!pool_.cached(s)) drop(s);
         return;
       }
       case msg_kind::host_update:
@@ -960,13 +996,15 @@ class subgroup_pipeline {
     return std::chrono::duration<double>(clock::now() - t0).count();
   }
 
-  Tier* tier_;
+  any_tier tier_;
+  std::function<std::optional<std::size_t>(std::string_view)> placed_path_;
+  std::function<std::vector<tier_descriptor>()> describe_paths_;
   Exec* exec_;
   std::vector<pipeline_object> objects_;
   pipeline_options opts_;
   Site site_;
   tracer* tracer_;
-  slot_pool<Evict, Exec> pool_;
+  slot_pool<Exec> pool_;
   std::vector<record> recs_;
   std::vector<tier_descriptor> paths_;
   std::vector<std::size_t> path_reads_;   // per path, in flight
@@ -987,6 +1025,34 @@ class subgroup_pipeline {
   std::condition_variable mail_cv_;
   std::vector<message> mail_;
   host_stream cpu_;  // last: its worker stops (after its work) before anything it uses goes
+};
+
+}  // namespace detail
+
+/// The pipeline over tier stack `Tier`, host cache policy `Evict`, executor `Exec` and update
+/// site policy `Site`; see the file comment.
+template <tier Tier, eviction_policy Evict, executor Exec, update_site Site>
+class subgroup_pipeline : public detail::pipeline_core<Exec, Site> {
+  using core = detail::pipeline_core<Exec, Site>;
+
+ public:
+  using tier_type = Tier;
+  using eviction_type = Evict;
+
+  /// Allocates every slot now (from `budget`, which must outlive the pipeline, and from `exec`);
+  /// writes nothing. `tier` and `exec` must outlive the pipeline.
+  subgroup_pipeline(Tier& tier, Exec& exec, host_budget& budget, std::vector<pipeline_object> objects,
+                    pipeline_options o, Evict evict = Evict{}, Site site = Site{}, tracer* trace = nullptr)
+      : core(detail::pipeline_tier{any_tier::ref(tier),
+                                   [&tier](std::string_view object) { return detail::placed_path(tier, object); },
+                                   [&tier] { return detail::path_descriptors(tier); }},
+             exec, budget, std::move(objects), std::move(o), std::move(evict), std::move(site), trace),
+        tier_(&tier) {}
+
+  [[nodiscard]] Tier& tier() noexcept { return *tier_; }
+
+ private:
+  Tier* tier_;
 };
 
 }  // namespace strata

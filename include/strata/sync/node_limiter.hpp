@@ -145,9 +145,14 @@ class node_limiter {
       std::lock_guard self(mutex_);
       ticket t;
       if (take_ticket_and_check(t)) return make_ready_completion();
-      pending_.push_back(pending{std::move(t), completion_promise{}});
+      try {  // the poller first: a waiting ticket nobody polls would hold a permit forever once granted
+        if (!poller_.joinable()) poller_ = std::thread([this] { poll(); });
+        pending_.push_back(pending{std::move(t), completion_promise{}});
+      } catch (...) {
+        withdraw(t);
+        throw;
+      }
       auto f = pending_.back().promise.get_future();
-      if (!poller_.joinable()) poller_ = std::thread([this] { poll(); });
       poll_cv_.notify_all();
       return f;
     } catch (...) {

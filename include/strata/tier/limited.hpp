@@ -53,7 +53,14 @@ class limited : public detail::adaptor_base<Inner> {
     io_promise done;
     auto result = done.get_future();
     inflight_.add();
-    limiter_.acquire_async().on_complete(
+    completion permit;
+    try {
+      permit = limiter_.acquire_async();
+    } catch (...) {
+      inflight_.done();
+      throw;
+    }
+    permit.on_complete(
         [this, issue = std::move(issue), done = std::move(done)](std::exception_ptr granted) mutable {
           if (granted) {  // no permit: nothing to release
             finish(done, granted);
