@@ -1,5 +1,6 @@
 #include "cli.hpp"
 
+#include <cmath>
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -87,6 +88,24 @@ std::uint64_t args::count(std::string_view key, std::uint64_t fallback) {
   } catch (const config_error& e) {
     throw usage_error(fmt::format("{}: --{}: {}", command_, key, e.what()));
   }
+}
+
+double parse_real(const std::string& text, std::string_view what) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size() || !std::isfinite(v))
+    throw usage_error(fmt::format("{}: '{}' is not a number", what, text));
+  return v;
+}
+
+double args::real(std::string_view key, double fallback) {
+  const auto v = get(key);
+  return v ? parse_real(*v, fmt::format("{}: --{}", command_, key)) : fallback;
 }
 
 std::string args::choice(std::string_view key, std::initializer_list<std::string_view> choices,

@@ -19,6 +19,9 @@ struct usage_error : strata::config_error {
   using config_error::config_error;
 };
 
+/// A finite decimal number, the whole of `text` ("0.25", "1e-3"); usage_error naming `what` otherwise.
+[[nodiscard]] double parse_real(const std::string& text, std::string_view what);
+
 /// Parsed options of one subcommand. Every accessor marks its key as used; finish() rejects
 /// options no accessor asked for, so a typo never passes silently.
 class args {
@@ -34,6 +37,8 @@ class args {
   [[nodiscard]] std::uint64_t size(std::string_view key, std::uint64_t fallback);
   /// A count ("2e9", "500M"): see strata::parse_count.
   [[nodiscard]] std::uint64_t count(std::string_view key, std::uint64_t fallback);
+  /// A finite number (see parse_real).
+  [[nodiscard]] double real(std::string_view key, double fallback);
   /// One of `choices`.
   [[nodiscard]] std::string choice(std::string_view key, std::initializer_list<std::string_view> choices,
                                    std::string_view fallback);

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -307,7 +308,8 @@ summary summarize(const runner& r) {
 constexpr const char* usage_text =
     "[--params 200M] [--subgroup 8M] [--cache BYTES|25%] [--path DIR[:READ[:WRITE]]]... "
     "[--preset zero_infinity|mlp_offload|strata|all] [--iters 3] [--warmup 1] [--compare] "
-    "[--grad bf16|fp16|fp32] [--threads N] [--probe 512MiB] [--json FILE] [--trace FILE] [--keep]\n"
+    "[--grad bf16|fp16|fp32] [--threads N] [--probe 512MiB] [--max-grad-norm X] [--loss-scaling] [--json FILE]\n"
+    "[--trace FILE] [--keep]\n"
     "\n"
     "  --params N      parameters (2e9, 500M, ...); fp32 state is 12 bytes each\n"
     "  --subgroup N    parameters per subgroup (the unit of transfer and caching)\n"
@@ -327,6 +329,8 @@ constexpr const char* usage_text =
     "                  then the bound uses the caps only)\n"
     "  --json FILE     every figure, every iteration and the per-path byte timeline (bench/plot.py)\n"
     "  --trace FILE    Chrome trace (ui.perfetto.dev): step phases and per-path GB/s counters\n"
+    "  --max-grad-norm X  clip gradients to this global norm (offload_options::max_grad_norm; 0: off)\n"
+    "  --loss-scaling  dynamic loss scaling on (offload_options::loss_scaling; the gradients are then checked)\n"
     "  --keep          keep the state files (under DIR/strata-bench-step/; removed otherwise, also on failure)";
 
 std::string gb(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
@@ -352,12 +356,15 @@ int run_typed(args& a) {
   const auto json_path = a.get("json");
   const auto trace_path = a.get("trace");
   const bool keep = a.flag("keep");
+  const double max_grad_norm = a.real("max-grad-norm", 0);
+  const bool loss_scaling = a.flag("loss-scaling");
   (void)a.get("grad");  // consumed by run()
   a.finish();
   if (params == 0 || subgroup == 0) throw usage_error("step: --params and --subgroup must be positive");
   if (iters == 0 || iters > 1000 || warmup > 1000) throw usage_error("step: --iters must be 1..1000, --warmup 0..1000");
   if (threads == 0 || threads > 1024) throw usage_error("step: --threads must be 1..1024");
   if (path_args.empty()) throw usage_error("step: give at least one --path DIR[:READ[:WRITE]]");
+  if (max_grad_norm < 0) throw usage_error("step: --max-grad-norm must be >= 0 (0: no clipping)");
   const std::uint64_t state_bytes = params * 12;
   offload_options layout_options;
   layout_options.subgroup_elems = static_cast<std::size_t>(subgroup);  // host gradients: the cached presets'
@@ -465,6 +472,8 @@ int run_typed(args& a) {
       c.offload.threads = static_cast<std::size_t>(threads);
       c.offload.host_cache_bytes = name == "zero_infinity" ? 0 : cache_bytes;
       c.offload.object_prefix = name;
+      c.offload.max_grad_norm = max_grad_norm;
+      c.offload.loss_scaling.enabled = loss_scaling;
       c.node_limiter_dir = paths[0].dir / "strata-bench-step" / "locks";
       c.node_limiter_name = "strata-bench-pfs";
       c.trace = trace.get();
@@ -581,6 +590,7 @@ int run_typed(args& a) {
     j.add("command", "step").add("params", params).add("subgroup", subgroup).add("cache_bytes", cache_bytes);
     j.add("grad", std::is_same_v<G, float> ? "fp32" : std::is_same_v<G, bf16> ? "bf16" : "fp16");
     j.add("iters", iters).add("warmup", warmup).add("compare", compare).add("threads", threads);
+    j.add("max_grad_norm", max_grad_norm).add("loss_scaling", loss_scaling);
     std::vector<std::string> pj;
     for (const auto& p : paths) {
       json_object o;

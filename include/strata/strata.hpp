@@ -44,6 +44,7 @@
 #include "strata/pipeline/host_budget.hpp"
 #include "strata/pipeline/slot_pool.hpp"
 #include "strata/pipeline/subgroup_pipeline.hpp"
+#include "strata/pipeline/update_cost_model.hpp"
 #include "strata/pipeline/subgroup_state.hpp"
 
 #include "strata/optim/adamw_cpu.hpp"

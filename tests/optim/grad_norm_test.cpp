@@ -1,10 +1,11 @@
 // Gradient norms: the fixed reduction order (same bits for any threads, tiles, path), inf/NaN
-// detection, the cross-subgroup accumulator and the step decision.
+// detection, the cross-subgroup accumulator, the step decision and the dynamic loss scaler.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <span>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "strata/optim/grad_norm.hpp"
+#include "strata/optim/loss_scaler.hpp"
 
 namespace {
 
@@ -134,4 +136,92 @@ TEST_CASE("the step decision skips on inf/NaN, clips above max_norm and leaves s
   CHECK(acc.found_nonfinite());
   CHECK(acc.nonfinite_subgroups() == std::vector<std::size_t>{7});
   CHECK_THROWS_AS((void)strata::clip_coefficient(1.0, 0.0), strata::config_error);
+}
+
+TEST_CASE("block sums of block-aligned pieces add up to the whole array's stats bit for bit") {
+  const auto g = random_grads<strata::bf16>(5 * 2048 + 77, 41);
+  const auto whole = strata::grad_stats_cpu(std::span<const strata::bf16>(g), 0.25f);
+  std::vector<double> blocks(6);
+  // Pieces of 2, 1 and 3 blocks (the last one short), summed in reverse order of arrival.
+  const std::size_t cuts[] = {0, 2 * 2048, 3 * 2048, g.size()};
+  for (int p = 2; p >= 0; --p) {
+    const auto piece = std::span<const strata::bf16>(g).subspan(cuts[p], cuts[p + 1] - cuts[p]);
+    strata::grad_block_sums_cpu(piece, 0.25f, std::span<double>(blocks).subspan(cuts[p] / 2048, (piece.size() + 2047) / 2048));
+  }
+  const auto pieced = strata::grad_stats_of_blocks(blocks, g.size());
+  CHECK(pieced.count == whole.count);
+  CHECK(std::memcmp(&pieced.sum_squares, &whole.sum_squares, sizeof(double)) == 0);
+  CHECK(pieced.sum_squares == sum_by_definition(g, 0.25f));
+  std::vector<double> wrong(2);
+  CHECK_THROWS_AS(strata::grad_block_sums_cpu(std::span<const strata::bf16>(g), 1.0f, std::span<double>(wrong)),
+                  strata::config_error);
+}
+
+TEST_CASE("the loss scaler backs off on inf/NaN, grows after growth_interval clean steps, as GradScaler") {
+  strata::loss_scaler_options o;
+  o.enabled = true;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  strata::dynamic_loss_scaler s(o);
+  CHECK(s.scale() == 1024.0f);
+  CHECK(s.inv_scale() == static_cast<float>(1.0 / 1024.0));
+  s.update(false);
+  s.update(false);
+  CHECK(s.scale() == 1024.0f);
+  CHECK(s.growth_tracker() == 2);
+  s.update(true);  // backoff resets the tracker
+  CHECK(s.scale() == 512.0f);
+  CHECK(s.growth_tracker() == 0);
+  for (int i = 0; i < 3; ++i) s.update(false);
+  CHECK(s.scale() == 1024.0f);
+  CHECK(s.growth_tracker() == 0);
+  // A grown scale that would overflow a float is not taken (the tracker still resets).
+  o.init_scale = 3e38;
+  o.growth_interval = 1;
+  strata::dynamic_loss_scaler big(o);
+  big.update(false);
+  CHECK(big.scale() == 3e38f);
+  CHECK(big.growth_tracker() == 0);
+  // A scale that would underflow to 0 stays at its smallest value instead.
+  o.init_scale = std::numeric_limits<float>::denorm_min();
+  strata::dynamic_loss_scaler tiny(o);
+  tiny.update(true);
+  CHECK(tiny.scale() == std::numeric_limits<float>::denorm_min());
+  // A non-power-of-two factor rounds as float(scale * factor) in double, as ATen does.
+  o = {};
+  o.enabled = true;
+  o.init_scale = 3;
+  o.backoff_factor = 0.3;
+  strata::dynamic_loss_scaler odd(o);
+  odd.update(true);
+  CHECK(odd.scale() == static_cast<float>(3.0 * 0.3));
+  // Disabled: 1 forever.
+  strata::dynamic_loss_scaler off;
+  off.update(true);
+  CHECK(off.scale() == 1.0f);
+  CHECK(off.inv_scale() == 1.0f);
+}
+
+TEST_CASE("loss scaler options and restored state GradScaler would refuse are config_errors") {
+  using edit = void (*)(strata::loss_scaler_options&);
+  for (edit bad : std::initializer_list<edit>{[](strata::loss_scaler_options& o) { o.init_scale = 0; },
+                   [](strata::loss_scaler_options& o) { o.init_scale = 1e300; },
+                   [](strata::loss_scaler_options& o) { o.growth_factor = 1; },
+                   [](strata::loss_scaler_options& o) { o.backoff_factor = 1; },
+                   [](strata::loss_scaler_options& o) { o.backoff_factor = 0; },
+                   [](strata::loss_scaler_options& o) { o.growth_interval = 0; }}) {
+    strata::loss_scaler_options o;
+    o.enabled = true;
+    bad(o);
+    CHECK_THROWS_AS(strata::dynamic_loss_scaler{o}, strata::config_error);
+  }
+  strata::loss_scaler_options o;
+  o.enabled = true;
+  o.growth_interval = 10;
+  strata::dynamic_loss_scaler s(o);
+  CHECK_THROWS_AS(s.restore(0.0f, 1), strata::config_error);
+  CHECK_THROWS_AS(s.restore(8.0f, 10), strata::config_error);
+  s.restore(8.0f, 9);
+  CHECK(s.scale() == 8.0f);
+  CHECK(s.growth_tracker() == 9);
 }

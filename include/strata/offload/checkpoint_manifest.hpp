@@ -6,19 +6,23 @@
 /// or edited manifest is refused with integrity_error. It is published with write_file_atomic
 /// (fsync), after the data file is fsync'ed: a reader sees the previous checkpoint or this one.
 ///
-///   strata-offloaded-adamw-checkpoint 1
+///   strata-offloaded-adamw-checkpoint 2
 ///   step 12
 ///   params 1000003
 ///   subgroup_elems 65536
 ///   sections 3
 ///   lr 0x1.0624dd2f1a9fcp-10
 ///   ... (beta1 beta2 eps weight_decay decoupled amsgrad maximize)
+///   loss_scaling 1                    (dynamic loss scaling: whether it was on, its scale and
+///   loss_scale 0x1p+16                 growth tracker; version 1 manifests have none of these
+///   growth_tracker 37                  and are still read)
 ///   data state-12-5f3a9c.bin
 ///   data_bytes 12000036
 ///   sg 0 786432 0x1234abcd...        (subgroup, bytes, checksum; offsets follow in order)
 ///   checksum 0x9e3779b97f4a7c15
 
 #include <charconv>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -36,12 +40,16 @@ namespace strata {
 
 /// What a checkpoint manifest records.
 struct checkpoint_manifest {
-  static constexpr std::string_view magic = "strata-offloaded-adamw-checkpoint 1";
+  static constexpr std::string_view magic = "strata-offloaded-adamw-checkpoint 2";
+  static constexpr std::string_view magic_v1 = "strata-offloaded-adamw-checkpoint 1";
   std::uint64_t step = 0;
   std::uint64_t params = 0;
   std::uint64_t subgroup_elems = 0;
   std::uint64_t sections = 3;  ///< fp32 arrays per parameter: master, m, v (and max v with amsgrad)
   adamw_options options{};
+  bool loss_scaling = false;        ///< dynamic loss scaling was on (false in version 1 manifests)
+  float loss_scale = 1;             ///< its scale when saved
+  std::int64_t growth_tracker = 0;  ///< its clean steps in a row
   std::string data_file;  ///< file name, in the checkpoint directory
   std::uint64_t data_bytes = 0;
   std::vector<std::uint64_t> subgroup_bytes;
@@ -54,6 +62,8 @@ struct checkpoint_manifest {
                         options.beta2, options.eps, options.weight_decay);
     body += fmt::format("decoupled {}\namsgrad {}\nmaximize {}\n", int(options.decoupled), int(options.amsgrad),
                         int(options.maximize));
+    body += fmt::format("loss_scaling {}\nloss_scale {:a}\ngrowth_tracker {}\n", int(loss_scaling),
+                        static_cast<double>(loss_scale), growth_tracker);
     body += fmt::format("data {}\ndata_bytes {}\n", data_file, data_bytes);
     for (std::size_t i = 0; i < checksums.size(); ++i)
       body += fmt::format("sg {} {} {:#018x}\n", i, subgroup_bytes[i], checksums[i]);
@@ -93,7 +103,9 @@ struct checkpoint_manifest {
         throw bad(fmt::format("expected '{}' at line {}, found '{}'", key, i, line));
       return line.substr(key.size() + 1);
     };
-    if (lines.empty() || lines[0] != magic) throw bad("not a strata offloaded_adamw checkpoint (bad first line)");
+    if (lines.empty() || (lines[0] != magic && lines[0] != magic_v1))
+      throw bad("not a strata offloaded_adamw checkpoint of a version this build reads (bad first line)");
+    const bool v1 = lines[0] == magic_v1;
     i = 1;
     m.step = parse_u64(next("step"), bad);
     m.params = parse_u64(next("params"), bad);
@@ -107,6 +119,16 @@ struct checkpoint_manifest {
     m.options.decoupled = parse_u64(next("decoupled"), bad) != 0;
     m.options.amsgrad = parse_u64(next("amsgrad"), bad) != 0;
     m.options.maximize = parse_u64(next("maximize"), bad) != 0;
+    if (!v1) {
+      m.loss_scaling = parse_u64(next("loss_scaling"), bad) != 0;
+      const double scale = parse_double(next("loss_scale"), bad);
+      const std::uint64_t tracker = parse_u64(next("growth_tracker"), bad);
+      if (!(scale > 0) || !std::isfinite(static_cast<float>(scale)) || static_cast<double>(static_cast<float>(scale)) != scale ||
+          tracker > static_cast<std::uint64_t>(INT64_MAX))
+        throw bad(fmt::format("bad loss scale {} or growth tracker {}", scale, tracker));
+      m.loss_scale = static_cast<float>(scale);
+      m.growth_tracker = static_cast<std::int64_t>(tracker);
+    }
     m.data_file = std::string(next("data"));
     m.data_bytes = parse_u64(next("data_bytes"), bad);
     if (m.subgroup_elems == 0 || (m.sections != 3 && m.sections != 4)) throw bad("bad layout");

@@ -4,11 +4,19 @@
 /// (16-bit stays 16-bit: MLP-Offload's delayed conversion), in one store of every parameter
 /// charged to the optimizer's host budget on first use. It counts what each subgroup received,
 /// so a step can refuse to run on gradients that did not all arrive.
+///
+/// With norm tracking on (gradient clipping or loss scaling), it also sums each subgroup's
+/// squared gradients (unscaled) as they arrive, so the global norm is known when backward ends:
+/// with host residency when a subgroup's last gradient arrives; with tier residency (the
+/// gradients are not kept in host memory) piece by piece, per block of grad_norm_block elements,
+/// which is why such pieces must start and end on block boundaries of their subgroup. Either
+/// way the sums equal grad_stats_cpu over the whole subgroup, bit for bit.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -17,7 +25,9 @@
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
+#include "strata/core/thread_pool.hpp"
 #include "strata/offload/offload_layout.hpp"
+#include "strata/optim/grad_norm.hpp"
 #include "strata/pipeline/host_budget.hpp"
 
 namespace strata {
@@ -39,6 +49,17 @@ class gradient_intake {
   gradient_intake(const offload_layout& layout, host_budget& budget)
       : layout_(layout), budget_(&budget), received_(layout.subgroups(), 0) {}
 
+  /// Turns norm tracking on: gradients are multiplied by `grad_scale` (the inverse loss scale)
+  /// before they are squared, and summed on `pool` (may be null). Call between steps.
+  void track_norm(float grad_scale, thread_pool* pool) {
+    tracking_ = true;
+    norm_scale_ = grad_scale;
+    pool_ = pool;
+  }
+  [[nodiscard]] bool tracks_norm() const noexcept { return tracking_; }
+  /// The subgroups' gradient sums of this step (complete subgroups only).
+  [[nodiscard]] const grad_norm_accumulator& norms() const noexcept { return norms_; }
+
   /// Checks that [first, first + n) lies in the parameters and adds no more to any subgroup than
   /// it has left to receive this step (config_error naming the range or the subgroup).
   void check(std::size_t first, std::size_t n) const {
@@ -50,6 +71,13 @@ class gradient_intake {
                      "offloaded_adamw::accept_gradients: subgroup {} received more than its {} gradients this step "
                      "(overlapping ranges?)",
                      s, layout_.length(s));
+      const std::size_t off = lo - layout_.begin(s);
+      STRATA_EXPECTS(!tracking_ || !layout_.tier_gradients ||
+                         (off % grad_norm_block == 0 && ((hi - lo) % grad_norm_block == 0 || hi == layout_.begin(s) + layout_.length(s))),
+                     config_error,
+                     "offloaded_adamw::accept_gradients: with gradients on the tier and clipping or loss scaling on, "
+                     "pieces must start and end on {}-element blocks of their subgroup; [{}, {}) cuts subgroup {}",
+                     grad_norm_block, lo, hi, s);
     });
   }
 
@@ -65,6 +93,26 @@ class gradient_intake {
                    to_string(kind_), to_string(grad_kind_of<G>()));
     std::memcpy(store_.data() + first * sizeof(G), grads.data(), grads.size_bytes());
     count(first, grads.size());
+    if (tracking_)
+      for_each_piece(first, grads.size(), [&](std::size_t s, std::size_t, std::size_t) {
+        if (complete(s) && !summed(s)) norms_.add(s, grad_stats_cpu(of<G>(s), norm_scale_, pool_));
+      });
+  }
+
+  /// Tier residency: adds the piece [lo, lo + g.size()) of subgroup `s` (block-aligned: see
+  /// check) to the norm, and the subgroup to the accumulator once it is complete (count first).
+  template <gradient_type G>
+  void add_to_norm(std::size_t s, std::size_t lo, std::span<const G> g) {
+    if (!tracking_) return;
+    auto& blocks = blocks_[s];
+    if (blocks.empty()) blocks.resize((layout_.length(s) + grad_norm_block - 1) / grad_norm_block);
+    const std::size_t b0 = (lo - layout_.begin(s)) / grad_norm_block;
+    grad_block_sums_cpu(g, norm_scale_, std::span<double>(blocks).subspan(b0, (g.size() + grad_norm_block - 1) / grad_norm_block),
+                        pool_);
+    if (complete(s)) {
+      norms_.add(s, grad_stats_of_blocks(blocks, layout_.length(s)));
+      std::vector<double>().swap(blocks);
+    }
   }
 
   /// Records that [first, first + n) arrived (store calls it; tier residency calls it itself).
@@ -75,8 +123,12 @@ class gradient_intake {
   /// Gradients subgroup `s` received this step.
   [[nodiscard]] std::size_t received(std::size_t s) const { return received_.at(s); }
   [[nodiscard]] bool complete(std::size_t s) const { return received_.at(s) == layout_.length(s); }
-  /// A new step begins: nothing received.
-  void reset() { std::fill(received_.begin(), received_.end(), std::size_t{0}); }
+  /// A new step begins: nothing received, nothing summed.
+  void reset() {
+    std::fill(received_.begin(), received_.end(), std::size_t{0});
+    norms_.reset();
+    blocks_.clear();
+  }
   /// The type the store holds (float until something was stored).
   [[nodiscard]] grad_kind kind() const noexcept { return kind_; }
   /// Subgroup `s`'s stored gradients, as G (the store's type).
@@ -100,6 +152,13 @@ class gradient_intake {
   budgeted_allocation store_;
   grad_kind kind_ = grad_kind::f32;
   std::vector<std::size_t> received_;
+  bool tracking_ = false;
+  float norm_scale_ = 1.0f;
+  thread_pool* pool_ = nullptr;
+  grad_norm_accumulator norms_;
+  std::map<std::size_t, std::vector<double>> blocks_;  // tier residency: block sums of incomplete subgroups
+
+  [[nodiscard]] bool summed(std::size_t s) const { return norms_.contains(s); }
 };
 
 }  // namespace strata

@@ -82,6 +82,8 @@ class any_offloaded_adamw {
   virtual void save(const std::filesystem::path& dir) = 0;
   virtual void flush() = 0;
   [[nodiscard]] virtual std::uint64_t step_count() const = 0;
+  /// What to multiply the loss by before backward (offload.loss_scaling; 1 when off).
+  [[nodiscard]] virtual float loss_scale() const = 0;
   [[nodiscard]] virtual offload_stats stats() const = 0;
   [[nodiscard]] virtual std::size_t size() const = 0;
   [[nodiscard]] virtual std::string_view preset() const = 0;
@@ -163,6 +165,7 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   void save(const std::filesystem::path& dir) override { opt_->save(dir); }
   void flush() override { opt_->flush(); }
   [[nodiscard]] std::uint64_t step_count() const override { return opt_->step_count(); }
+  [[nodiscard]] float loss_scale() const override { return opt_->loss_scale(); }
   [[nodiscard]] offload_stats stats() const override { return opt_->stats(); }
   [[nodiscard]] std::size_t size() const override { return opt_->size(); }
   [[nodiscard]] std::string_view preset() const override { return Preset::name; }

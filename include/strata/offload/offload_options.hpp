@@ -1,7 +1,9 @@
 #pragma once
 /// Options of strata::offloaded_adamw that are not AdamW hyper-parameters: how the parameters are
-/// split into subgroups, how much host memory the optimizer may use, and how deep its pipeline is.
+/// split into subgroups, how much host memory the optimizer may use, how deep its pipeline is, and
+/// what happens to the gradients before the update (clipping, loss scaling).
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -10,6 +12,7 @@
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/thread_pool.hpp"
+#include "strata/optim/loss_scaler.hpp"
 #include "strata/tier/tier.hpp"
 
 namespace strata {
@@ -47,6 +50,12 @@ struct offload_options {
   std::size_t threads = default_thread_count();
   /// Where gradients given to accept_gradients (and, with `tier`, to step) wait for the update.
   gradient_residency gradients = gradient_residency::host;
+  /// Clip the gradients to this global L2 norm before the update, as
+  /// torch.nn.utils.clip_grad_norm_(max_norm) does after GradScaler.unscale_; 0: no clipping.
+  double max_grad_norm = 0;
+  /// Dynamic loss scaling (torch.amp.GradScaler): multiply the loss by the optimizer's
+  /// loss_scale() before backward; a step whose gradients hold an inf/NaN is skipped.
+  loss_scaler_options loss_scaling{};
   /// Prefix of the tier objects ("<prefix>.sg-<i>"), so that several optimizers can share a tier.
   std::string object_prefix = "strata";
 
@@ -62,6 +71,9 @@ struct offload_options {
                    prefetch_depth, write_behind_depth, device_depth);
     STRATA_EXPECTS(threads >= 1 && threads <= 1024, config_error, "offload_options: threads {} (need 1..1024)",
                    threads);
+    STRATA_EXPECTS(max_grad_norm >= 0 && std::isfinite(max_grad_norm), config_error,
+                   "offload_options: max_grad_norm {} (need a finite value >= 0; 0: no clipping)", max_grad_norm);
+    loss_scaling.validate();
     bool ok = !object_prefix.empty() && object_prefix.size() <= 100 && object_prefix.front() != '.';
     for (char c : object_prefix)
       ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||

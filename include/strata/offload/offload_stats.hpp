@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "strata/core/units.hpp"
 #include "strata/tier/tier.hpp"
@@ -41,6 +43,15 @@ struct offload_step_stats {
   std::uint64_t bytes_read = 0;    ///< state (and fp32 gradients, when they live on the tier) read
   std::uint64_t bytes_written = 0; ///< state written (gradient writes of backward are not counted here)
   std::vector<path_traffic> paths;
+  /// The step found an inf/NaN gradient and was skipped: no state, no model copy and not the
+  /// step count changed (clipping or loss scaling must be on for gradients to be checked).
+  bool skipped = false;
+  /// Global L2 norm of the unscaled gradients (inf/NaN when skipped); empty when neither
+  /// clipping nor loss scaling is on (the gradients are then not summed).
+  std::optional<double> grad_norm;
+  float clip = 1;        ///< clip coefficient applied (1: none)
+  float loss_scale = 1;  ///< the scale this step's gradients carried (dynamic loss scaling; 1: off)
+  std::vector<std::size_t> nonfinite_subgroups;  ///< subgroups holding inf/NaN gradients (when skipped)
   /// DESIGN section 2: max(read / sum of read bandwidths + written / sum of write bandwidths,
   /// kernel_s); 0 when a bandwidth is unknown.
   double bound_s = 0;
@@ -68,6 +79,9 @@ struct offload_step_stats {
   /// One line for logs: "step 3: 12 subgroups, 1.20 s (read wait 0.80, compute 0.30, write wait 0.05),
   /// read 1.50 GiB, written 1.50 GiB, hits 4 / misses 8, bound 1.10 s, efficiency 0.92".
   [[nodiscard]] std::string to_string() const {
+    if (skipped)
+      return fmt::format("step {}: skipped, inf/NaN gradients in subgroups {} (loss scale {})", step + 1,
+                         nonfinite_subgroups, loss_scale);
     return fmt::format(
         "step {}: {} subgroups, {:.3f} s (read wait {:.3f}, compute {:.3f}, write wait {:.3f}), read {}, written "
         "{}, hits {} / misses {}, bound {:.3f} s, efficiency {:.3f}",
@@ -79,6 +93,7 @@ struct offload_step_stats {
 /// Totals since construction.
 struct offload_stats {
   std::uint64_t steps = 0;
+  std::uint64_t skipped_steps = 0;  ///< steps skipped for inf/NaN gradients (not counted in steps)
   offload_step_stats last;          ///< the latest step that completed
   std::uint64_t cache_hits = 0;
   std::uint64_t cache_misses = 0;

@@ -39,6 +39,15 @@
 /// Until the step completes, step_count() keeps the old value, save() refuses (config_error) and
 /// read_master/read_moments show each subgroup as it is (some already updated).
 ///
+/// Gradients. With offload_options::max_grad_norm or loss_scaling on, the global norm of the
+/// unscaled gradients is known before any subgroup is updated (accept_gradients sums each
+/// subgroup as it arrives; step(grads) sums them first): the update then unscales by 1 /
+/// loss_scale() and clips by the global norm in the kernel's one pass over the gradients
+/// (GradScaler.unscale_, clip_grad_norm_, then the update, as in torch), on the host and on the
+/// device alike. An inf/NaN gradient skips the whole step: no state, no model copy, not the
+/// step count changes; the loss scale backs off (grows after growth_interval clean steps), and
+/// the step's stats say which subgroups held it. The scale is saved in checkpoints.
+///
 /// Not thread-safe: one thread calls at a time (the pipeline uses its own threads).
 ///
 /// Template parameters: the tier stack (a multipath carries the placement policy: path choice is
@@ -54,6 +63,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -79,6 +89,8 @@
 #include "strata/offload/offload_stats.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/grad_norm.hpp"
+#include "strata/optim/loss_scaler.hpp"
 #include "strata/pipeline/host_budget.hpp"
 #include "strata/pipeline/subgroup_pipeline.hpp"
 #include "strata/policy/eviction_policy.hpp"
@@ -179,10 +191,15 @@ class offloaded_adamw {
     if (layout_.tier_gradients) {
       s_->intake.reset();
       stage_gradients_to_tier(grads, 0);
-      return run_step<float>(lr, model_out, tier_gradients());
+      return run_step<float>(lr, model_out, tier_gradients(), s_->intake.norms());
     }
-    return run_step<G>(lr, model_out,
-                       [this, grads](std::size_t s, std::span<std::byte>) { return grads.subspan(begin(s), length(s)); });
+    grad_norm_accumulator norms;
+    if (tracks_norm() && !partial_)
+      for (std::size_t s = 0; s < layout_.subgroups(); ++s)
+        norms.add(s, grad_stats_cpu(grads.subspan(begin(s), length(s)), scaler_.inv_scale(), s_->pool.get()));
+    return run_step<G>(
+        lr, model_out, [this, grads](std::size_t s, std::span<std::byte>) { return grads.subspan(begin(s), length(s)); },
+        norms);
   }
 
   /// Hands over the gradients of subgroup `subgroup` (its full length) as backward produces them;
@@ -203,7 +220,7 @@ class offloaded_adamw {
   template <gradient_type G>
   void accept_gradients_at(std::size_t first, std::span<const G> grads) {
     s_->intake.check(first, grads.size());
-    if (layout_.tier_gradients) {
+    if (layout_.tier_gradients) {  // (the intake sums them for the norm as they are staged)
       stage_gradients_to_tier(grads, first);
       return;
     }
@@ -225,13 +242,13 @@ class offloaded_adamw {
       STRATA_EXPECTS(in.complete(s) || version_[s] > step_count_, config_error,
                      "offloaded_adamw::step: subgroup {} has {} of its {} gradients (call accept_gradients first)", s,
                      in.received(s), length(s));
-    if (layout_.tier_gradients) return run_step<float>(lr, model_out, tier_gradients());
+    if (layout_.tier_gradients) return run_step<float>(lr, model_out, tier_gradients(), in.norms());
     switch (in.kind()) {
-      case grad_kind::f32: return run_step<float>(lr, model_out, stored<float>());
-      case grad_kind::b16: return run_step<bf16>(lr, model_out, stored<bf16>());
+      case grad_kind::f32: return run_step<float>(lr, model_out, stored<float>(), in.norms());
+      case grad_kind::b16: return run_step<bf16>(lr, model_out, stored<bf16>(), in.norms());
       case grad_kind::f16: break;
     }
-    return run_step<fp16>(lr, model_out, stored<fp16>());
+    return run_step<fp16>(lr, model_out, stored<fp16>(), in.norms());
   }
 
   // --- state ------------------------------------------------------------------------------------
@@ -285,11 +302,18 @@ class offloaded_adamw {
     m.subgroup_elems = layout_.subgroup_elems;
     m.sections = layout_.sections;
     m.options = options_;
+    m.loss_scaling = scaler_.enabled();
+    m.loss_scale = scaler_.scale();
+    m.growth_tracker = scaler_.growth_tracker();
     write_checkpoint(dir, std::move(m), layout_.subgroups(), [&](auto&& fn) { s_->pipeline.visit(fn); });
   }
 
-  /// Steps completed.
+  /// Steps completed (skipped steps not included).
   [[nodiscard]] std::uint64_t step_count() const noexcept { return step_count_; }
+  /// What to multiply the loss by before backward (dynamic loss scaling; 1 when off).
+  [[nodiscard]] float loss_scale() const noexcept { return scaler_.scale(); }
+  /// The loss scaler (its options, scale and growth tracker).
+  [[nodiscard]] const dynamic_loss_scaler& loss_scaler() const noexcept { return scaler_; }
   /// Parameters.
   [[nodiscard]] std::size_t size() const noexcept { return layout_.params; }
   /// Subgroups.
@@ -366,7 +390,8 @@ class offloaded_adamw {
         offload_(std::move(offload)),
         order_(std::move(order)),
         tracer_(trace),
-        layout_(checked_layout(params, options_, offload_)) {
+        layout_(checked_layout(params, options_, offload_)),
+        scaler_(offload_.loss_scaling) {
     const bool device = site.uses_device();
     const std::uint64_t slot = layout_.slot_footprint();
     const std::size_t cache = layout_.cache_slots(offload_.host_cache_bytes);
@@ -388,6 +413,7 @@ class offloaded_adamw {
     s_ = std::make_unique<parts>(tier, exec, std::move(owned), layout_, offload_, std::move(evict), std::move(site),
                                  trace);
     version_.assign(layout_.subgroups(), 0);
+    track_norm();
     totals_.host_memory_budget = offload_.host_memory_budget;
   }
 
@@ -411,6 +437,8 @@ class offloaded_adamw {
     opt.s_->pipeline.initialize([&](std::size_t s, std::span<std::byte> state) { reader.read(s, state); });
     opt.step_count_ = m.step;
     std::fill(opt.version_.begin(), opt.version_.end(), m.step);
+    if (m.loss_scaling) opt.scaler_.restore(m.loss_scale, m.growth_tracker);  // a no-op when scaling is off now
+    opt.track_norm();
     return opt;
   }
 
@@ -420,6 +448,13 @@ class offloaded_adamw {
       std::memcpy(state.data(), params.data() + begin(s), n * sizeof(float));
       std::memset(state.data() + n * sizeof(float), 0, (layout_.sections - 1) * n * sizeof(float));
     });
+  }
+
+  // Whether the gradients are summed before a step (clipping or loss scaling needs the norm).
+  [[nodiscard]] bool tracks_norm() const noexcept { return offload_.max_grad_norm > 0 || scaler_.enabled(); }
+  // (Re)arms the intake's norm with the current inverse scale; between steps only.
+  void track_norm() {
+    if (tracks_norm()) s_->intake.track_norm(scaler_.inv_scale(), s_->pool.get());
   }
 
   void check_lr(double lr) const {
@@ -467,14 +502,48 @@ class offloaded_adamw {
             .get();
         totals_.gradient_bytes_written += bytes.size();
         s_->intake.count(lo, hi - lo);
+        s_->intake.add_to_norm(s, lo, std::span<const float>(buf, hi - lo));
       });
     });
   }
 
+  // Ends a step's gradients: the scaler learns whether they were finite, the intake starts over.
+  void finish_gradients(bool found_nonfinite) {
+    scaler_.update(found_nonfinite);
+    s_->intake.reset();
+    track_norm();
+  }
+
+  // A step with inf/NaN gradients: nothing changes but the loss scale.
+  offload_step_stats skip_step(const grad_norm_accumulator& norms) {
+    offload_step_stats st;
+    st.step = step_count_;
+    st.skipped = true;
+    st.grad_norm = decision_.grad_norm;
+    st.loss_scale = scaler_.scale();
+    st.nonfinite_subgroups = norms.nonfinite_subgroups();
+    finish_gradients(true);
+    ++totals_.skipped_steps;
+    totals_.last = st;
+    return st;
+  }
+
+  // `norms` holds every subgroup's gradient sums when tracks_norm() (a retried step reuses the
+  // decision its first attempt made, so the subgroups updated then and now agree).
   template <class G, class H, class GradsOf>
-  offload_step_stats run_step(double lr, std::span<H> model_out, GradsOf grads_of) {
+  offload_step_stats run_step(double lr, std::span<H> model_out, GradsOf grads_of, const grad_norm_accumulator& norms) {
     trace_span step_span(tracer_, "offload.step");
-    const adamw_step_params k = make_adamw_step_params(options_, static_cast<std::int64_t>(step_count_) + 1, lr);
+    if (!partial_) {
+      decision_ = step_decision{};
+      if (tracks_norm()) {
+        STRATA_ASSERT(norms.subgroups() == layout_.subgroups());
+        decision_ = decide_step(norms, offload_.max_grad_norm > 0 ? std::optional<double>(offload_.max_grad_norm)
+                                                                  : std::nullopt);
+      }
+      if (decision_.skip) return skip_step(norms);
+    }
+    const adamw_step_params k = make_adamw_step_params(options_, static_cast<std::int64_t>(step_count_) + 1, lr,
+                                                       scaler_.inv_scale(), decision_.clip);
     const std::size_t n = layout_.subgroups();
     const auto order = order_of(order_, step_count_, n);
     const auto next = order_of(order_, step_count_ + 1, n);
@@ -491,10 +560,13 @@ class offloaded_adamw {
     const pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);
     ++step_count_;
     partial_ = false;
-    s_->intake.reset();
 
     offload_step_stats st;
     st.step = step_count_;
+    if (tracks_norm()) st.grad_norm = decision_.grad_norm;
+    st.clip = decision_.clip;
+    st.loss_scale = scaler_.scale();
+    finish_gradients(false);
     st.subgroups = ps.updated;
     st.device_updates = ps.device_updates;
     st.read_wait_s = ps.read_wait_s;
@@ -528,6 +600,8 @@ class offloaded_adamw {
   Order order_;
   tracer* tracer_;
   offload_layout layout_;
+  dynamic_loss_scaler scaler_;
+  step_decision decision_{};  // of the step in progress (kept when it fails part-way)
   std::unique_ptr<parts> s_;
   std::vector<std::uint64_t> version_;  // steps applied to each subgroup
   std::uint64_t step_count_ = 0;

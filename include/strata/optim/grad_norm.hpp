@@ -93,32 +93,50 @@ STRATA_DETAIL_KERNEL_AVX512 void grad_block_sums_avx512(const G* g, std::size_t 
 
 }  // namespace detail
 
+/// The fixed-order sums of `grad * grad_scale`'s squares per block of grad_norm_block elements
+/// into `out` (one per block, the last may be short): the pieces grad_stats_cpu adds in block
+/// order. Lets gradients that arrive in block-aligned pieces be summed as they come and still
+/// give the same total (grad_stats_of_blocks).
+template <gradient_type G>
+void grad_block_sums_cpu(std::span<const G> grad, float grad_scale, std::span<double> out, thread_pool* pool = nullptr,
+                         std::size_t tile_elems = 1 << 16, cpu_isa isa = cpu_isa::automatic) {
+  const cpu_isa path = resolve_cpu_isa(isa);
+  const std::size_t n = grad.size();
+  STRATA_EXPECTS(out.size() == (n + grad_norm_block - 1) / grad_norm_block, config_error,
+                 "grad_block_sums_cpu: {} gradients make {} blocks, got room for {}", n,
+                 (n + grad_norm_block - 1) / grad_norm_block, out.size());
+  const std::size_t tile_blocks = tile_elems / grad_norm_block + (tile_elems % grad_norm_block != 0 ? 1 : 0);
+  const G* g = grad.data();
+  double* o = out.data();
+  detail::parallel_tiles(out.size(), tile_blocks == 0 ? 1 : tile_blocks, pool, [&](std::size_t b0, std::size_t b1) {
+    const std::size_t e0 = b0 * grad_norm_block;
+    const std::size_t e1 = std::min(n, b1 * grad_norm_block);
+    switch (path) {
+#if STRATA_CPU_X86_PATHS
+      case cpu_isa::avx512: detail::grad_block_sums_avx512(g + e0, e1 - e0, grad_scale, o + b0); break;
+      case cpu_isa::avx2: detail::grad_block_sums_avx2(g + e0, e1 - e0, grad_scale, o + b0); break;
+#endif
+      default: detail::grad_block_sums_portable(g + e0, e1 - e0, grad_scale, o + b0); break;
+    }
+  });
+}
+
+/// The stats of `n` gradients from their block sums (grad_block_sums_cpu), added in block order.
+[[nodiscard]] inline grad_stats grad_stats_of_blocks(std::span<const double> blocks, std::size_t n) {
+  double sum = 0;
+  for (const double p : blocks) sum += p;
+  return {sum, n};
+}
+
 /// Squared norm of `grad * grad_scale` in the fixed order (bit-identical for any pool, tile and
 /// instruction set, and to the CUDA version). Pass the inverse loss scale as `grad_scale` so the
 /// norm is that of the unscaled gradients. `tile_elems` is rounded up to whole blocks.
 template <gradient_type G>
 [[nodiscard]] grad_stats grad_stats_cpu(std::span<const G> grad, float grad_scale = 1.0f, thread_pool* pool = nullptr,
                                         std::size_t tile_elems = 1 << 16, cpu_isa isa = cpu_isa::automatic) {
-  const cpu_isa path = resolve_cpu_isa(isa);
-  const std::size_t n = grad.size();
-  std::vector<double> partial((n + grad_norm_block - 1) / grad_norm_block);
-  const std::size_t tile_blocks = tile_elems / grad_norm_block + (tile_elems % grad_norm_block != 0 ? 1 : 0);
-  const G* g = grad.data();
-  double* out = partial.data();
-  detail::parallel_tiles(partial.size(), tile_blocks == 0 ? 1 : tile_blocks, pool, [&](std::size_t b0, std::size_t b1) {
-    const std::size_t e0 = b0 * grad_norm_block;
-    const std::size_t e1 = std::min(n, b1 * grad_norm_block);
-    switch (path) {
-#if STRATA_CPU_X86_PATHS
-      case cpu_isa::avx512: detail::grad_block_sums_avx512(g + e0, e1 - e0, grad_scale, out + b0); break;
-      case cpu_isa::avx2: detail::grad_block_sums_avx2(g + e0, e1 - e0, grad_scale, out + b0); break;
-#endif
-      default: detail::grad_block_sums_portable(g + e0, e1 - e0, grad_scale, out + b0); break;
-    }
-  });
-  double sum = 0;
-  for (const double p : partial) sum += p;
-  return {sum, n};
+  std::vector<double> partial((grad.size() + grad_norm_block - 1) / grad_norm_block);
+  grad_block_sums_cpu(grad, grad_scale, std::span<double>(partial), pool, tile_elems, isa);
+  return grad_stats_of_blocks(partial, grad.size());
 }
 
 /// Combines the subgroups' grad_stats into the global norm as their gradients arrive, in any
@@ -151,6 +169,11 @@ class grad_norm_accumulator {
     for (const auto& [index, s] : parts_)
       if (!s.finite()) bad.push_back(index);
     return bad;
+  }
+  /// Whether subgroup `subgroup` was added.
+  [[nodiscard]] bool contains(std::size_t subgroup) const {
+    std::lock_guard lock(mutex_);
+    return parts_.contains(subgroup);
   }
   /// Subgroups added so far.
   [[nodiscard]] std::size_t subgroups() const {

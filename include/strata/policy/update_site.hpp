@@ -6,6 +6,7 @@
 /// subgroup's position in the step's order, so fixed patterns are easy to express; a cost model
 /// can be one too.
 
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -63,5 +64,26 @@ struct alternating_site {
   [[nodiscard]] constexpr bool uses_device() const noexcept { return k_device > 0; }
 };
 static_assert(update_site<alternating_site>);
+
+/// A share of the updates on the device, spread evenly along the order: position p runs on the
+/// device when floor((p + 1) * share) > floor(p * share) (0.25: positions 3, 7, 11, ...; 1: all).
+/// The fixed split of a step that a cost model (pipeline/update_cost_model.hpp) chose, or one
+/// forced by the user.
+struct fraction_site {
+  double device_share = 0;  ///< in [0, 1]
+
+  [[nodiscard]] site_kind site(std::size_t position, std::size_t, std::uint64_t) const {
+    return on_device(device_share, position) ? site_kind::device : site_kind::host;
+  }
+  [[nodiscard]] constexpr bool uses_device() const noexcept { return device_share > 0; }
+
+  /// The rule above, for sites that compute their share per step.
+  [[nodiscard]] static bool on_device(double share, std::size_t position) {
+    STRATA_EXPECTS(share >= 0 && share <= 1, config_error, "fraction_site: device share {} is not in [0, 1]", share);
+    const double p = static_cast<double>(position);
+    return std::floor((p + 1) * share) > std::floor(p * share);
+  }
+};
+static_assert(update_site<fraction_site>);
 
 }  // namespace strata
