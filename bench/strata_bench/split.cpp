@@ -84,7 +84,10 @@ int run(args& a) {
   off.host_cache_bytes = layout.cache_bytes(layout.subgroups());
   // A step's device traffic: the state and bf16 gradients in, the state out (no model copy).
   const device_traffic traffic{static_cast<double>(layout.sections * 4 + 2), static_cast<double>(layout.sections * 4)};
-  cost_model_site site(update_cost_model{rates, traffic, off.device_depth}, layout.subgroups(), subgroup);
+  // As many device updates in flight as the options ask and the device's free memory holds.
+  const std::size_t depth = update_cost_model::fitting_depth(
+      off.device_depth, exec.device_budget() - exec.device_used(), layout.max_state_bytes() + layout.device_extra_bytes());
+  cost_model_site site(update_cost_model{rates, traffic, depth}, layout.subgroups(), subgroup);
 
   std::mt19937 rng(1);
   std::vector<float> init(n);

@@ -20,6 +20,7 @@
 #include "strata/core/units.hpp"
 
 #include "strata/exec/cuda_stream.hpp"
+#include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
 #include "strata/exec/faulty_stream.hpp"
 #include "strata/exec/host_executor.hpp"

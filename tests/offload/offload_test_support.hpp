@@ -1,8 +1,10 @@
 #pragma once
 // Shared helpers of the offload tests: an in-memory AdamW reference over one flat array (the
-// optim kernels, nothing else), deterministic parameters and gradients, tier stacks.
+// optim kernels, nothing else), one with clipping and loss scaling (adamw_step_cpu),
+// deterministic parameters and gradients, tier stacks.
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -80,6 +82,54 @@ void require_same_state(Opt& opt, const flat_reference& ref) {
     REQUIRE(same_bits(vm, ref.vmax));
   }
   REQUIRE(opt.step_count() == static_cast<std::uint64_t>(ref.steps));
+}
+
+/// What the optimizer must equal: adamw_step_cpu over the optimizer's subgroups (the global norm
+/// adds per-subgroup sums) and a scaler updated after every step.
+struct scaled_reference {
+  std::vector<float> p, m, v, vmax;
+  strata::adamw_options o;
+  std::int64_t steps = 0;
+  std::size_t subgroup;
+  std::optional<double> max_norm;
+  strata::dynamic_loss_scaler scaler;
+
+  scaled_reference(std::span<const float> init, strata::adamw_options opts, std::size_t sg,
+                   const strata::offload_options& off)
+      : p(init.begin(), init.end()), m(init.size(), 0.0f), v(init.size(), 0.0f),
+        vmax(opts.amsgrad ? init.size() : 0, 0.0f), o(opts), subgroup(sg),
+        max_norm(off.max_grad_norm > 0 ? std::optional<double>(off.max_grad_norm) : std::nullopt),
+        scaler(off.loss_scaling) {}
+
+  template <class G, class H>
+  strata::adamw_step_report step(std::span<const G> g, double lr, std::span<H> out) {
+    std::vector<strata::adamw_group<G, H>> groups;
+    for (std::size_t b = 0; b < p.size(); b += subgroup) {
+      const std::size_t n = std::min(subgroup, p.size() - b);
+      groups.push_back({std::span<float>(p).subspan(b, n), std::span<float>(m).subspan(b, n),
+                        std::span<float>(v).subspan(b, n),
+                        vmax.empty() ? std::span<float>() : std::span<float>(vmax).subspan(b, n), g.subspan(b, n),
+                        out.empty() ? std::span<H>() : out.subspan(b, n)});
+    }
+    const auto r = strata::adamw_step_cpu<G, H>(std::span<const strata::adamw_group<G, H>>(groups), o, steps, lr,
+                                                scaler.inv_scale(), max_norm);
+    scaler.update(r.skipped);
+    return r;
+  }
+};
+
+/// Asserts the optimizer's state, step count and loss scaler equal the reference's.
+template <class Opt>
+void require_same(Opt& opt, const scaled_reference& ref) {
+  flat_reference flat(ref.p, ref.o);
+  flat.p = ref.p;
+  flat.m = ref.m;
+  flat.v = ref.v;
+  flat.vmax = ref.vmax;
+  flat.steps = ref.steps;
+  require_same_state(opt, flat);
+  CHECK(opt.loss_scale() == ref.scaler.scale());
+  CHECK(opt.loss_scaler().growth_tracker() == ref.scaler.growth_tracker());
 }
 
 }  // namespace strata_test

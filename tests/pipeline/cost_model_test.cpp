@@ -63,6 +63,10 @@ TEST_CASE("the predicted step: host work alone, a three-stage device pipeline al
   m.device_depth = 0;
   CHECK(m.best_device_count(10, 1e6) == 0);
   CHECK(model(0, 1e9, 14e9, 14e9).best_device_count(10, 1e6) == 10);
+  // Free device memory caps the depth: room for 1 slot of 3 means no overlap, none means no device.
+  CHECK(strata::update_cost_model::fitting_depth(3, 100, 64) == 1);
+  CHECK(strata::update_cost_model::fitting_depth(3, 1000, 64) == 3);
+  CHECK(strata::update_cost_model::fitting_depth(3, 63, 64) == 0);
 }
 
 TEST_CASE("the model's device count is the best of its predictions, for any rates") {

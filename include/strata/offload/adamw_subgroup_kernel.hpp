@@ -4,20 +4,39 @@
 /// with its gradients, and writes the 16-bit model copy, on the host (adamw_update_cpu over the
 /// host slot) or on the device (gradients copied in next to the state, the executor's kernel, the
 /// model copy copied out). Both give the same bits. Usable for any pipeline of this layout.
+///
+/// The model copy lives in host memory (host kernels write it, device ones copy it out) or in the
+/// executor's device memory (device kernels write it in place; host kernels write it into host
+/// staging and, once their update committed, it is copied in on the h2d stream: sync that stream
+/// to wait for the copies).
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <utility>
+#include <vector>
 
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
 #include "strata/core/thread_pool.hpp"
+#include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
 #include "strata/offload/offload_layout.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
 
 namespace strata {
+
+/// Where the 16-bit model copy of a step goes (both empty: none).
+template <class H>
+struct model_copy {
+  std::span<H> host;        ///< in host memory
+  device_span<H> device;    ///< or in the executor's device memory
+  std::span<H> staging;     ///< with `device`: host memory of the same size for host kernels (pinned for CUDA)
+
+  [[nodiscard]] bool empty() const noexcept { return host.empty() && device.empty(); }
+};
 
 /// `GradsOf(s, host slot) -> std::span<const G>`: subgroup s's gradients in host memory (a span
 /// of the caller's, of the gradient store, or of the slot's side data). `Commit(s)`: called when
@@ -26,14 +45,20 @@ template <executor Exec, gradient_type G, class H, class GradsOf, class Commit>
   requires is_half_v<H>
 class adamw_subgroup_kernel {
  public:
+  /// `exec` is needed only for a model copy in device memory.
   adamw_subgroup_kernel(const offload_layout& layout, const adamw_step_params& k, GradsOf grads_of,
-                        std::span<H> model_out, thread_pool* pool, Commit commit)
+                        model_copy<H> model, thread_pool* pool, Commit commit, Exec* exec = nullptr)
       : layout_(layout),
         k_(k),
         grads_of_(std::move(grads_of)),
-        model_out_(model_out),
+        model_(model),
         pool_(pool),
-        commit_(std::move(commit)) {}
+        commit_(std::move(commit)),
+        exec_(exec),
+        on_host_(model.device.empty() ? 0 : layout.subgroups(), 0) {
+    STRATA_EXPECTS(model_.device.empty() || (exec_ != nullptr && model_.staging.size() == model_.device.size()),
+                   config_error, "adamw_subgroup_kernel: a model copy in device memory needs the executor and staging");
+  }
 
   void host(std::size_t s, std::span<std::byte> slot) {
     const std::size_t n = layout_.length(s);
@@ -41,9 +66,17 @@ class adamw_subgroup_kernel {
     adamw_update_cpu<G, H>(std::span<float>(st, n), std::span<float>(st + n, n), std::span<float>(st + 2 * n, n),
                            layout_.sections == 4 ? std::span<float>(st + 3 * n, n) : std::span<float>(),
                            grads_of_(s, slot), model_of(s), k_, pool_);
+    if (!on_host_.empty()) on_host_[s] = 1;  // read by committed(), which the pipeline calls after this returns
   }
 
-  void committed(std::size_t s) { commit_(s); }
+  void committed(std::size_t s) {
+    if (!on_host_.empty() && on_host_[s] != 0) {
+      const auto staged = model_of(s);
+      exec_->h2d().copy_to_device(model_.device.subspan(layout_.begin(s), layout_.length(s)).bytes(),
+                                  std::as_bytes(staged));
+    }
+    commit_(s);
+  }
 
   template <class S>
   void device_in(std::size_t s, std::span<std::byte> slot, std::span<std::byte> device, S& h2d) {
@@ -55,33 +88,38 @@ class adamw_subgroup_kernel {
     const std::size_t n = layout_.length(s);
     float* st = reinterpret_cast<float*>(device.data());
     auto* g = reinterpret_cast<const G*>(device.data() + layout_.device_gradient_offset());
-    auto* out = reinterpret_cast<H*>(device.data() + layout_.device_model_offset());
+    // in place in a device model; else in the slot, copied out by device_out
+    H* out = !model_.device.empty() ? model_.device.data() + layout_.begin(s)
+                                    : reinterpret_cast<H*>(device.data() + layout_.device_model_offset());
     exec.enqueue_update(adamw_group<G, H>{std::span<float>(st, n), std::span<float>(st + n, n),
                                           std::span<float>(st + 2 * n, n),
                                           layout_.sections == 4 ? std::span<float>(st + 3 * n, n) : std::span<float>(),
                                           std::span<const G>(g, n),
-                                          model_out_.empty() ? std::span<H>() : std::span<H>(out, n)},
+                                          model_.empty() ? std::span<H>() : std::span<H>(out, n)},
                         k_);
   }
 
   template <class S>
   void device_out(std::size_t s, std::span<std::byte> device, S& d2h) {
-    if (model_out_.empty()) return;
+    if (model_.host.empty()) return;  // none, or written in place
     const auto out = std::as_writable_bytes(model_of(s));
     d2h.copy_to_host(out, device.subspan(static_cast<std::size_t>(layout_.device_model_offset()), out.size()));
   }
 
  private:
   [[nodiscard]] std::span<H> model_of(std::size_t s) const {
-    return model_out_.empty() ? std::span<H>() : model_out_.subspan(layout_.begin(s), layout_.length(s));
+    const std::span<H> host = model_.device.empty() ? model_.host : model_.staging;
+    return host.empty() ? std::span<H>() : host.subspan(layout_.begin(s), layout_.length(s));
   }
 
   offload_layout layout_;
   adamw_step_params k_;
   GradsOf grads_of_;
-  std::span<H> model_out_;
+  model_copy<H> model_;
   thread_pool* pool_;
   Commit commit_;
+  Exec* exec_;
+  std::vector<char> on_host_;  // with a device model: which subgroups a host kernel updated
 };
 
 }  // namespace strata

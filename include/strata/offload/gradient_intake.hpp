@@ -84,6 +84,18 @@ class gradient_intake {
   /// Copies gradients of [first, first + grads.size()) into the store (check first).
   template <gradient_type G>
   void store(std::size_t first, std::span<const G> grads) {
+    const std::span<G> dst = reserve<G>(first, grads.size());
+    std::memcpy(dst.data(), grads.data(), grads.size_bytes());
+    if (tracking_)
+      for_each_piece(first, grads.size(), [&](std::size_t s, std::size_t, std::size_t) {
+        if (complete(s) && !summed(s)) sum_subgroup(s);
+      });
+  }
+
+  /// Where gradients [first, first + n) of type G go in the store, counted as received (check
+  /// first): for copies that land later (from device memory). Call sum_subgroup once they have.
+  template <gradient_type G>
+  [[nodiscard]] std::span<G> reserve(std::size_t first, std::size_t n) {
     if (store_.data() == nullptr) {
       store_ = budget_->allocate(layout_.params * sizeof(G), "the gradient store of accept_gradients");
       kind_ = grad_kind_of<G>();
@@ -91,12 +103,21 @@ class gradient_intake {
     STRATA_EXPECTS(kind_ == grad_kind_of<G>(), config_error,
                    "offloaded_adamw::accept_gradients: gradients of this step arrived as {}, now as {}",
                    to_string(kind_), to_string(grad_kind_of<G>()));
-    std::memcpy(store_.data() + first * sizeof(G), grads.data(), grads.size_bytes());
-    count(first, grads.size());
-    if (tracking_)
-      for_each_piece(first, grads.size(), [&](std::size_t s, std::size_t, std::size_t) {
-        if (complete(s) && !summed(s)) norms_.add(s, grad_stats_cpu(of<G>(s), norm_scale_, pool_));
-      });
+    count(first, n);
+    return {reinterpret_cast<G*>(store_.data()) + first, n};
+  }
+
+  /// Adds complete subgroup `s`'s stored gradients to the norm (when tracking), on the tracking
+  /// pool or, from another thread than the caller's, on that thread alone (`own_thread`).
+  /// Thread-safe against other subgroups' sums (not against store, reserve or reset).
+  void sum_subgroup(std::size_t s, bool own_thread = false) {
+    if (!tracking_) return;
+    thread_pool* pool = own_thread ? nullptr : pool_;
+    switch (kind_) {
+      case grad_kind::f32: norms_.add(s, grad_stats_cpu(of<float>(s), norm_scale_, pool)); break;
+      case grad_kind::b16: norms_.add(s, grad_stats_cpu(of<bf16>(s), norm_scale_, pool)); break;
+      case grad_kind::f16: norms_.add(s, grad_stats_cpu(of<fp16>(s), norm_scale_, pool)); break;
+    }
   }
 
   /// Tier residency: adds the piece [lo, lo + g.size()) of subgroup `s` (block-aligned: see

@@ -48,6 +48,11 @@
 /// step count changes; the loss scale backs off (grows after growth_interval clean steps), and
 /// the step's stats say which subgroups held it. The scale is saved in checkpoints.
 ///
+/// Device memory. Gradients may come from the executor's device memory (accept_gradients with a
+/// device_span and backward's event: the copy is enqueued on the d2h stream, the call returns at
+/// once) and the 16-bit model copy may live there (step(lr, device_span): device updates write it
+/// in place, host updates are copied in on the h2d stream).
+///
 /// Not thread-safe: one thread calls at a time (the pipeline uses its own threads).
 ///
 /// Template parameters: the tier stack (a multipath carries the placement policy: path choice is
@@ -61,7 +66,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -78,6 +85,7 @@
 #include "strata/core/thread_pool.hpp"
 #include "strata/core/trace.hpp"
 #include "strata/core/units.hpp"
+#include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
 #include "strata/exec/host_executor.hpp"
 #include "strata/offload/adamw_subgroup_kernel.hpp"
@@ -115,6 +123,8 @@ class offloaded_adamw {
   using executor_type = Exec;
   using site_type = Site;
   using pipeline_type = subgroup_pipeline<Tier, Evict, Exec, Site>;
+  /// An event of the executor's streams (what accept_gradients from device memory waits for).
+  using event_type = typename Exec::stream_type::event_type;
 
   /// Partitions `params` (the initial fp32 weights) into subgroups, zeroes the moments and writes
   /// every subgroup's state to `tier`. Throws config_error for invalid options or a budget too
@@ -191,15 +201,16 @@ class offloaded_adamw {
     if (layout_.tier_gradients) {
       s_->intake.reset();
       stage_gradients_to_tier(grads, 0);
-      return run_step<float>(lr, model_out, tier_gradients(), s_->intake.norms());
+      return run_step<float>(lr, model_copy<H>{model_out, {}, {}}, tier_gradients(), s_->intake.norms());
     }
     grad_norm_accumulator norms;
     if (tracks_norm() && !partial_)
       for (std::size_t s = 0; s < layout_.subgroups(); ++s)
         norms.add(s, grad_stats_cpu(grads.subspan(begin(s), length(s)), scaler_.inv_scale(), s_->pool.get()));
-    return run_step<G>(
-        lr, model_out, [this, grads](std::size_t s, std::span<std::byte>) { return grads.subspan(begin(s), length(s)); },
-        norms);
+    const auto grads_of = [this, grads](std::size_t s, std::span<std::byte>) {
+      return grads.subspan(begin(s), length(s));
+    };
+    return run_step<G>(lr, model_copy<H>{model_out, {}, {}}, grads_of, norms);
   }
 
   /// Hands over the gradients of subgroup `subgroup` (its full length) as backward produces them;
@@ -227,6 +238,38 @@ class offloaded_adamw {
     s_->intake.store(first, grads);
   }
 
+  /// Hands over subgroup `subgroup`'s gradients that backward left in the executor's device
+  /// memory, once `ready` (an event of the executor's streams, recorded after backward wrote
+  /// them) has completed: the copy into the gradient store (pinned when the executor asks for
+  /// it) is enqueued on the executor's d2h stream and this returns at once, so the copy overlaps
+  /// the rest of backward. With clipping or loss scaling the subgroup's norm is summed on a
+  /// worker thread as soon as its copy lands. step() waits for the copies; a failed copy makes
+  /// step() throw its typed error before any state changes, and every gradient of the step must
+  /// then be handed over again. Host residency only; `grads` must stay valid until step().
+  template <gradient_type G>
+  void accept_gradients(std::size_t subgroup, device_span<const G> grads, const event_type& ready) {
+    STRATA_EXPECTS(subgroup < layout_.subgroups(), config_error,
+                   "offloaded_adamw::accept_gradients: subgroup {} of {}", subgroup, layout_.subgroups());
+    STRATA_EXPECTS(grads.size() == length(subgroup), config_error,
+                   "offloaded_adamw::accept_gradients: got {} gradients for subgroup {} of {} parameters",
+                   grads.size(), subgroup, length(subgroup));
+    STRATA_EXPECTS(!layout_.tier_gradients, config_error,
+                   "offloaded_adamw::accept_gradients: gradients in device memory need gradient_residency::host");
+    auto& in = s_->intake;
+    in.check(begin(subgroup), grads.size());
+    const std::span<G> dst = in.template reserve<G>(begin(subgroup), grads.size());
+    auto& d2h = s_->exec_ref->d2h();
+    d2h.wait(ready);
+    d2h.copy_to_host(std::as_writable_bytes(dst), grads.bytes());
+    if (!s_->landing_worker) s_->landing_worker = std::make_unique<thread_pool>(1, "strata-grad-landing");
+    // The worker takes the copies in stream order, so each subgroup is summed right after it lands.
+    s_->landing.push_back(s_->landing_worker->submit(
+        [landed = d2h.record().completion(), &in, subgroup, sum = tracks_norm()] {
+          landed.get();
+          if (sum) in.sum_subgroup(subgroup, true);
+        }));
+  }
+
   /// One step over the gradients given to accept_gradients, with the options' lr.
   offload_step_stats step() { return step(options_.lr); }
   /// One step over the accepted gradients with learning rate `lr`.
@@ -235,20 +278,25 @@ class offloaded_adamw {
   template <class H>
     requires is_half_v<H>
   offload_step_stats step(double lr, std::span<H> model_out) {
-    check_lr(lr);
     check_model_out(model_out.size());
-    auto& in = s_->intake;
-    for (std::size_t s = 0; s < layout_.subgroups(); ++s)
-      STRATA_EXPECTS(in.complete(s) || version_[s] > step_count_, config_error,
-                     "offloaded_adamw::step: subgroup {} has {} of its {} gradients (call accept_gradients first)", s,
-                     in.received(s), length(s));
-    if (layout_.tier_gradients) return run_step<float>(lr, model_out, tier_gradients(), in.norms());
-    switch (in.kind()) {
-      case grad_kind::f32: return run_step<float>(lr, model_out, stored<float>(), in.norms());
-      case grad_kind::b16: return run_step<bf16>(lr, model_out, stored<bf16>(), in.norms());
-      case grad_kind::f16: break;
-    }
-    return run_step<fp16>(lr, model_out, stored<fp16>(), in.norms());
+    return accepted_step(lr, model_copy<H>{model_out, {}, {}});
+  }
+  /// One step over the accepted gradients that writes the updated 16-bit weights into `model` in
+  /// the executor's device memory (size() elements): device updates write them in place, host
+  /// updates into host staging (pinned for CUDA, charged to the host budget on first use), copied
+  /// in on the executor's h2d stream as each update commits. All copies have landed when this
+  /// returns. If one fails, the step has still completed (step_count() says so) and its typed
+  /// error is rethrown: the device copy of the weights is then stale.
+  template <class H>
+    requires is_half_v<H>
+  offload_step_stats step(double lr, device_span<H> model) {
+    check_model_out(model.size());
+    STRATA_EXPECTS(!model.empty(), config_error, "offloaded_adamw::step: empty device model copy");
+    auto& staging = s_->model_staging;
+    if (staging.size() < model.size_bytes())
+      staging = s_->budget.allocate(model.size_bytes(), "the host staging of the device model copy");
+    const std::span<H> staged(reinterpret_cast<H*>(staging.data()), model.size());
+    return accepted_step(lr, model_copy<H>{{}, model, staged});
   }
 
   // --- state ------------------------------------------------------------------------------------
@@ -354,14 +402,21 @@ class offloaded_adamw {
   // What must not move when the optimizer does (the pipeline's threads refer to it).
   struct parts {
     std::unique_ptr<Exec> owned_exec;  // when no executor was given
+    Exec* exec_ref;                    // the executor in use (owned or given)
     host_budget budget;                // before every budgeted allocation: outlives them
     gradient_intake intake;
     std::unique_ptr<thread_pool> pool;
     pipeline_type pipeline;
+    // Gradients copied from device memory: one task per subgroup that waits for its copy and
+    // sums it (the worker goes before the intake and the executor it refers to).
+    std::unique_ptr<thread_pool> landing_worker;
+    std::vector<std::future<void>> landing;
+    budgeted_allocation model_staging;  // host side of a model copy in device memory
 
     parts(Tier& tier, Exec* exec, std::unique_ptr<Exec> owned, const offload_layout& layout,
           const offload_options& off, Evict evict, Site site, tracer* trace)
         : owned_exec(std::move(owned)),
+          exec_ref(&exec_of(exec)),
           budget(off.host_memory_budget, exec_of(exec).staging()),
           intake(layout, budget),
           pool(off.threads > 1 ? std::make_unique<thread_pool>(off.threads, "strata-adamw") : nullptr),
@@ -457,6 +512,49 @@ class offloaded_adamw {
     if (tracks_norm()) s_->intake.track_norm(scaler_.inv_scale(), s_->pool.get());
   }
 
+  // Waits for the gradients copied from device memory; on a failed copy the step's gradients
+  // are dropped (to be handed over again), the d2h stream is cleared and the error rethrown.
+  void land_device_gradients() {
+    auto& landing = s_->landing;
+    std::exception_ptr first;
+    for (auto& f : landing) {
+      try {
+        f.get();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    landing.clear();
+    if (!first) return;
+    s_->intake.reset();
+    track_norm();
+    try {
+      s_->exec_ref->d2h().sync();
+    } catch (...) {  // the error being reported
+    }
+    std::rethrow_exception(first);
+  }
+
+  // One step over the accepted gradients, the model copy where `model` says.
+  template <class H>
+  offload_step_stats accepted_step(double lr, model_copy<H> model) {
+    check_lr(lr);
+    land_device_gradients();
+    auto& in = s_->intake;
+    for (std::size_t s = 0; s < layout_.subgroups(); ++s)
+      STRATA_EXPECTS(in.complete(s) || version_[s] > step_count_, config_error,
+                     "offloaded_adamw::step: subgroup {} has {} of its {} gradients (call accept_gradients first)", s,
+                     in.received(s), length(s));
+    if (layout_.tier_gradients) return run_step<float>(lr, model, tier_gradients(), in.norms());
+    switch (in.kind()) {
+      case grad_kind::f32: return run_step<float>(lr, model, stored<float>(), in.norms());
+      case grad_kind::b16: return run_step<bf16>(lr, model, stored<bf16>(), in.norms());
+      case grad_kind::f16: break;
+    }
+    return run_step<fp16>(lr, model, stored<fp16>(), in.norms());
+  }
+
+
   void check_lr(double lr) const {
     STRATA_EXPECTS(std::isfinite(lr) && lr > 0, config_error,
                    "offloaded_adamw::step: learning rate {} must be positive and finite", lr);
@@ -531,7 +629,8 @@ class offloaded_adamw {
   // `norms` holds every subgroup's gradient sums when tracks_norm() (a retried step reuses the
   // decision its first attempt made, so the subgroups updated then and now agree).
   template <class G, class H, class GradsOf>
-  offload_step_stats run_step(double lr, std::span<H> model_out, GradsOf grads_of, const grad_norm_accumulator& norms) {
+  offload_step_stats run_step(double lr, model_copy<H> model, GradsOf grads_of, const grad_norm_accumulator& norms) {
+    land_device_gradients();  // (no-op when none are in flight) before the intake may be reset
     trace_span step_span(tracer_, "offload.step");
     if (!partial_) {
       decision_ = step_decision{};
@@ -555,11 +654,19 @@ class offloaded_adamw {
     partial_lr_ = lr;
 
     auto commit = [this](std::size_t s) { ++version_[s]; };
-    adamw_subgroup_kernel<Exec, G, H, GradsOf, decltype(commit)> kernel(layout_, k, std::move(grads_of), model_out,
-                                                                         s_->pool.get(), commit);
+    adamw_subgroup_kernel<Exec, G, H, GradsOf, decltype(commit)> kernel(layout_, k, std::move(grads_of), model,
+                                                                         s_->pool.get(), commit, s_->exec_ref);
     const pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);
     ++step_count_;
     partial_ = false;
+    std::exception_ptr model_copy_failed;  // the step is complete either way
+    if (!model.device.empty()) {
+      try {
+        s_->exec_ref->h2d().sync();
+      } catch (...) {
+        model_copy_failed = std::current_exception();
+      }
+    }
 
     offload_step_stats st;
     st.step = step_count_;
@@ -591,6 +698,7 @@ class offloaded_adamw {
     totals_.bytes_written += st.bytes_written;
     totals_.steps = step_count_;
     totals_.last = st;
+    if (model_copy_failed) std::rethrow_exception(model_copy_failed);
     return st;
   }
 

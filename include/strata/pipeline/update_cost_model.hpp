@@ -111,6 +111,12 @@ struct update_cost_model {
       }
     return best;
   }
+  /// The device_depth that `free_bytes` of device memory allows when each device update needs
+  /// `slot_bytes` (state, gradients, model copy): min(depth, free_bytes / slot_bytes).
+  [[nodiscard]] static std::size_t fitting_depth(std::size_t depth, std::uint64_t free_bytes,
+                                                 std::uint64_t slot_bytes) noexcept {
+    return slot_bytes == 0 ? depth : static_cast<std::size_t>(std::min<std::uint64_t>(depth, free_bytes / slot_bytes));
+  }
   /// Whether a device update is possible at all (every rate known, a slot to run in).
   [[nodiscard]] bool device_usable() const noexcept {
     return device_depth > 0 && rates.device_params_per_s > 0 && rates.h2d_bytes_per_s > 0 && rates.d2h_bytes_per_s > 0;

@@ -1,0 +1,174 @@
+// Gradients handed over from an executor's device memory (accept_gradients with a device_span
+// and an event): the call returns before backward's event has completed, the copies land on the
+// d2h stream and are summed for the norm as they arrive, and the step equals one over the same
+// gradients from host memory bit for bit; a failed copy fails the step before any state
+// changes. Runs on host_executor (its "device" memory is separate host memory).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/exec/device_span.hpp>
+#include <strata/exec/faulty_stream.hpp>
+#include <strata/exec/host_executor.hpp>
+#include <strata/offload/offloaded_adamw.hpp>
+
+#include "offload_test_support.hpp"
+
+namespace {
+
+using namespace strata_test;
+using S = strata::faulty<strata::host_stream>;
+using exec_t = strata::host_executor<S>;
+using opt_t = strata::offloaded_adamw<strata::host_tier, strata::sweep_aware, strata::alternating, exec_t,
+                                      strata::alternating_site>;
+
+constexpr std::size_t n = 3000, sg = 400;  // 8 subgroups
+
+/// Backward on the "device": a stream held shut by a gate, then writing the gradients into
+/// device memory; its event is what the optimizer must wait for.
+struct fake_backward {
+  S stream{"backward"};
+  std::promise<void> gate;
+
+  strata::host_event write(std::span<const strata::bf16> host, strata::device_span<strata::bf16> device) {
+    stream.enqueue_host([f = gate.get_future().share()] { f.wait(); });
+    stream.copy_to_device(device.bytes(), std::as_bytes(host));
+    return stream.record();
+  }
+};
+
+strata::offload_options options(bool norm) {
+  strata::offload_options off;
+  off.subgroup_elems = sg;
+  off.threads = 2;
+  off.host_cache_bytes = strata::offload_layout::of(n, {}, off).cache_bytes(2);
+  if (norm) {
+    off.max_grad_norm = 0.1;
+    off.loss_scaling.enabled = true;
+    off.loss_scaling.init_scale = 1024;
+  }
+  return off;
+}
+
+}  // namespace
+
+TEST_CASE("gradients in device memory are handed over without waiting and step as host gradients do") {
+  for (const bool norm : {false, true}) {
+    CAPTURE(norm);
+    const auto init = random_params(n, 3);
+    strata::adamw_options ao;
+    const auto off = options(norm);
+    exec_t exec({}, [](strata::stream_role, const std::string& name) { return std::make_unique<S>(name); });
+    strata::host_tier tier(strata::host_tier_options{.name = "t"});
+    opt_t opt(tier, exec, init, ao, off, {}, {}, strata::alternating_site{1, 1});
+    scaled_reference ref(init, ao, sg, off);
+    auto device = exec.allocate_device(n * sizeof(strata::bf16));
+    const strata::device_span<strata::bf16> dgrads(reinterpret_cast<strata::bf16*>(device.data()), n);
+    for (int t = 0; t < 3; ++t) {
+      std::vector<strata::bf16> g(n);
+      const auto raw = random_grads<float>(n, 40 + static_cast<std::uint64_t>(t));
+      for (std::size_t i = 0; i < n; ++i) g[i] = strata::bf16(raw[i] * opt.loss_scale());
+      fake_backward backward;
+      const auto ready = backward.write(g, dgrads);
+      for (std::size_t s = opt.subgroup_count(); s-- > 0;)
+        opt.accept_gradients(s, strata::device_span<const strata::bf16>(dgrads).subspan(opt.begin(s), opt.length(s)),
+                             ready);
+      CHECK_FALSE(ready.ready());  // every call returned while backward had not even written them
+      backward.gate.set_value();
+      std::vector<strata::bf16> out(n), ref_out(n);
+      const auto st = opt.step(1e-3, std::span<strata::bf16>(out));
+      const auto r = ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(ref_out));
+      CHECK(out == ref_out);
+      CHECK(st.grad_norm.has_value() == norm);
+      if (norm) {
+        CHECK(*st.grad_norm == r.grad_norm);
+        CHECK(st.clip == r.clip);
+        CHECK(st.clip < 1.0f);
+      }
+      require_same(opt, ref);
+    }
+  }
+}
+
+TEST_CASE("a failed device-to-host copy of gradients fails the step before any state changes") {
+  const auto init = random_params(n, 4);
+  strata::adamw_options ao;
+  const auto off = options(true);
+  S* d2h = nullptr;
+  exec_t exec({}, [&](strata::stream_role r, const std::string& name) {
+    auto s = std::make_unique<S>(name);
+    if (r == strata::stream_role::d2h) d2h = s.get();
+    return s;
+  });
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  opt_t opt(tier, exec, init, ao, off, {}, {}, strata::alternating_site{1, 0});
+  scaled_reference ref(init, ao, sg, off);
+  auto device = exec.allocate_device(n * sizeof(strata::bf16));
+  const strata::device_span<strata::bf16> dgrads(reinterpret_cast<strata::bf16*>(device.data()), n);
+  std::vector<strata::bf16> g(n);
+  const auto raw = random_grads<float>(n, 50);
+  for (std::size_t i = 0; i < n; ++i) g[i] = strata::bf16(raw[i] * opt.loss_scale());
+  const auto hand_over = [&] {
+    fake_backward backward;
+    backward.gate.set_value();
+    const auto ready = backward.write(g, dgrads);
+    for (std::size_t s = 0; s < opt.subgroup_count(); ++s)
+      opt.accept_gradients(s, strata::device_span<const strata::bf16>(dgrads).subspan(opt.begin(s), opt.length(s)),
+                           ready);
+  };
+  d2h->inject({.after = 3});
+  hand_over();
+  CHECK_THROWS_AS(opt.step(), strata::stream_error);
+  CHECK(opt.step_count() == 0);
+  require_same(opt, ref);  // nothing changed, the loss scale neither
+  // The gradients were dropped: a step now says they are missing.
+  CHECK_THROWS_AS(opt.step(), strata::config_error);
+  hand_over();
+  opt.step();
+  std::vector<strata::bf16> none;
+  ref.step(std::span<const strata::bf16>(g), ao.lr, std::span<strata::bf16>(none));
+  require_same(opt, ref);
+  // Device gradients need host residency.
+  auto tier_off = off;
+  tier_off.gradients = strata::gradient_residency::tier;
+  strata::host_tier tier2(strata::host_tier_options{.name = "t2"});
+  opt_t opt2(tier2, exec, init, ao, tier_off, {}, {}, strata::alternating_site{1, 0});
+  fake_backward backward;
+  backward.gate.set_value();
+  const auto ready = backward.write(g, dgrads);
+  CHECK_THROWS_AS(opt2.accept_gradients(0, strata::device_span<const strata::bf16>(dgrads).subspan(0, sg), ready),
+                  strata::config_error);
+}
+
+TEST_CASE("a model copy in device memory is written in place by device updates and copied in after host ones") {
+  const auto init = random_params(n, 5);
+  strata::adamw_options ao;
+  const auto off = options(false);
+  exec_t exec({}, [](strata::stream_role, const std::string& name) { return std::make_unique<S>(name); });
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  for (const std::size_t k_device : {0, 1, 2}) {  // all on the host, every other one, two of three on the device
+    CAPTURE(k_device);
+    opt_t opt(tier, exec, init, ao, off, {}, {}, strata::alternating_site{1, k_device});
+    flat_reference ref(init, ao);
+    auto model = exec.allocate_device(n * sizeof(strata::bf16));
+    const strata::device_span<strata::bf16> dmodel(reinterpret_cast<strata::bf16*>(model.data()), n);
+    for (int t = 0; t < 2; ++t) {
+      const auto g = random_grads<strata::bf16>(n, 60 + static_cast<std::uint64_t>(t));
+      for (std::size_t s = 0; s < opt.subgroup_count(); ++s)
+        opt.accept_gradients(s, std::span<const strata::bf16>(g).subspan(opt.begin(s), opt.length(s)));
+      const auto st = opt.step(1e-3, dmodel);
+      std::vector<strata::bf16> ref_out(n);
+      ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(ref_out));
+      CHECK((st.device_updates > 0) == (k_device > 0));
+      // A host_executor's "device" memory is host memory: the test may look.
+      CHECK(std::memcmp(model.data(), ref_out.data(), n * sizeof(strata::bf16)) == 0);
+    }
+    require_same_state(opt, ref);
+  }
+}
