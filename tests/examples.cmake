@@ -27,6 +27,22 @@ add_test(NAME strata_example_train_mlp_rejects_bad_number
          COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2 "-DEXPECT_OUTPUT=^train_mlp: --batch: invalid count \"6x4\"[^\n]*.$"
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:train_mlp> --batch 6x4)
 
+# train_mlp_cuda (built with CUDA only): exit code 0 says the loss fell and the offloaded run
+# (gradients and weights in device memory, updates on the CPU and the GPU) ended bit-identical to
+# the in-memory one; it exits 77 (Skipped) without a usable GPU, so it runs without expect_exit.
+if(STRATA_CUDA_LANGUAGE)
+  add_test(NAME strata_example_train_mlp_cuda_runs
+           COMMAND train_mlp_cuda --samples 512 --epochs 4 --threads 2 --site alternating
+                   --path ${strata_examples_dir}/train_mlp_cuda/a --path ${strata_examples_dir}/train_mlp_cuda/b)
+  set_tests_properties(strata_example_train_mlp_cuda_runs PROPERTIES LABELS "cuda;example" SKIP_RETURN_CODE 77)
+  # Usage errors come before the GPU is looked for: exit code 2 and one line, with or without one.
+  add_test(NAME strata_example_train_mlp_cuda_rejects_bad_site
+           COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2
+                   "-DEXPECT_OUTPUT=^train_mlp_cuda: --site is 'gpu'; expected host, device or alternating.$" -P
+                   ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:train_mlp_cuda> --site gpu)
+  set_tests_properties(strata_example_train_mlp_cuda_rejects_bad_site PROPERTIES LABELS example)
+endif()
+
 # custom_pipeline: an optimizer of its own over the pipeline; exits 1 when its weights are off.
 add_test(NAME strata_example_custom_pipeline_runs
          COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0 "-DEXPECT_OUTPUT=step 2: 8 updated, 3 cache hits.*expected"

@@ -99,7 +99,7 @@ int run(args& a) {
   // After every step the host kernel's time refines the host rate, as a training loop would do.
   const auto step = [&] {
     const auto st = opt.step(std::span<const bf16>(grads));
-    site.observe((st.subgroups - st.device_updates) * subgroup, st.kernel_s);
+    site.observe((st.subgroups - st.device_updates) * subgroup, st.kernel_s, st.device_updates);
     return st;
   };
   step();  // fills the cache: every later step is all hits

@@ -44,6 +44,7 @@
 
 #include "cli.hpp"
 #include "report.hpp"
+#include "step_device.hpp"
 
 namespace strata::bench {
 namespace {
@@ -310,6 +311,9 @@ constexpr const char* usage_text =
     "[--preset zero_infinity|mlp_offload|strata|all] [--iters 3] [--warmup 1] [--compare] "
     "[--grad bf16|fp16|fp32] [--threads N] [--probe 512MiB] [--max-grad-norm X] [--loss-scaling] [--json FILE]\n"
     "[--trace FILE] [--keep]\n"
+    "   or: --device sim|cuda [--params] [--subgroup] [--threads] [--iters] [--warmup] [--cache BYTES] [--path ...]\n"
+    "       [--device-share S] [--compare-cpu] [--h2d 16GB] [--d2h 16GB] [--device-rate 4G] [--device-memory BYTES]\n"
+    "       [--json FILE] [--trace FILE]\n"
     "\n"
     "  --params N      parameters (2e9, 500M, ...); fp32 state is 12 bytes each\n"
     "  --subgroup N    parameters per subgroup (the unit of transfer and caching)\n"
@@ -331,7 +335,17 @@ constexpr const char* usage_text =
     "  --trace FILE    Chrome trace (ui.perfetto.dev): step phases and per-path GB/s counters\n"
     "  --max-grad-norm X  clip gradients to this global norm (offload_options::max_grad_norm; 0: off)\n"
     "  --loss-scaling  dynamic loss scaling on (offload_options::loss_scaling; the gradients are then checked)\n"
-    "  --keep          keep the state files (under DIR/strata-bench-step/; removed otherwise, also on failure)";
+    "  --keep          keep the state files (under DIR/strata-bench-step/; removed otherwise, also on failure)\n"
+    "\n"
+    "  --device D      sim or cuda: the strata preset with the bf16 model and gradients in device memory; each\n"
+    "                  subgroup updated on the CPU or the device as the cost model (or --device-share) says;\n"
+    "                  per-stream busy time and the step's bound; --trace has one track per stream. The state\n"
+    "                  is in host memory (all cached) unless --path is given; --cache is then in bytes (default 0)\n"
+    "  --device-share S  force this share of the subgroups onto the device (0: CPU only, 1: all)\n"
+    "  --compare-cpu   interleave CPU-only steps and print the split's speedup over them\n"
+    "  --h2d/--d2h BW  sim: the paced PCIe link per direction (bytes/s)\n"
+    "  --device-rate R sim: the paced device kernel (parameters/s)\n"
+    "  --device-memory BYTES  the executor's device budget";
 
 std::string gb(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
 
@@ -652,7 +666,60 @@ int run_typed(args& a) {
   return 0;
 }
 
+/// --device sim|cuda: the strata preset with the model and gradients in device memory.
+int run_device(args& a, const std::string& device) {
+  device_step_config c;
+  c.params = a.count("params", parse_count("200M"));
+  c.subgroup = a.count("subgroup", parse_count("8M"));
+  c.threads = a.count("threads", default_thread_count());
+  c.iters = a.count("iters", 3);
+  c.warmup = a.count("warmup", 1);
+  const auto path_args = a.get_all("path");
+  // Without paths the state lives in host memory: in the cache, every subgroup (no copies).
+  const auto cache = a.size("cache", path_args.empty() ? unlimited_capacity : 0);
+  if (const auto s = a.get("device-share")) c.share = parse_real(*s, "step: --device-share");
+  c.compare_cpu = a.flag("compare-cpu");
+  const double h2d = static_cast<double>(a.size("h2d", parse_size("16GB")));
+  const double d2h = static_cast<double>(a.size("d2h", parse_size("16GB")));
+  const double rate = static_cast<double>(a.count("device-rate", parse_count("4G")));
+  const auto device_memory = a.size("device-memory", unlimited_capacity);
+  c.json_path = a.get("json");
+  c.trace_path = a.get("trace");
+  a.finish();
+  if (c.params == 0 || c.subgroup == 0) throw usage_error("step: --params and --subgroup must be positive");
+  if (c.iters == 0 || c.iters > 1000 || c.warmup > 1000) throw usage_error("step: --iters must be 1..1000, --warmup 0..1000");
+  if (c.threads == 0 || c.threads > 1024) throw usage_error("step: --threads must be 1..1024");
+  if (c.share && !(*c.share >= 0 && *c.share <= 1)) throw usage_error("step: --device-share must be in [0, 1]");
+  if (h2d <= 0 || d2h <= 0 || rate <= 0) throw usage_error("step: --h2d, --d2h and --device-rate must be positive");
+  c.cache_bytes = cache;
+  for (std::size_t i = 0; i < path_args.size(); ++i) {
+    const auto p = parse_path(path_args[i], i);
+    offload_path_config pc;
+    pc.directory = p.dir / "strata-bench-step-device";
+    pc.name = p.name;
+    pc.read_cap = p.read_cap;
+    pc.write_cap = p.write_cap;
+    c.paths.push_back(pc);
+  }
+  // The state directories never outlive the run (also when it fails).
+  struct cleanup {
+    std::vector<fs::path> dirs;
+    ~cleanup() {
+      std::error_code ec;
+      for (const auto& d : dirs) fs::remove_all(d, ec);
+    }
+  } cleanup{};
+  for (const auto& pc : c.paths) cleanup.dirs.push_back(pc.directory);
+  std::unique_ptr<tracer> trace;
+  if (c.trace_path) trace = std::make_unique<tracer>();
+  c.trace = trace.get();
+  if (device == "sim") return run_device_sim(c, h2d, d2h, rate, device_memory);
+  return run_device_cuda(c, device_memory);
+}
+
 int run(args& a) {
+  const auto device = a.choice("device", {"none", "sim", "cuda"}, "none");
+  if (device != "none") return run_device(a, device);
   const auto grad = a.choice("grad", {"bf16", "fp16", "fp32"}, "bf16");
   if (grad == "fp32") return run_typed<float>(a);
   if (grad == "fp16") return run_typed<fp16>(a);

@@ -72,6 +72,7 @@
 #include "strata/tier/adaptor_base.hpp"
 #include "strata/tier/any_tier.hpp"
 #include "strata/tier/checksummed.hpp"
+#include "strata/tier/device_tier.hpp"
 #include "strata/tier/faulty.hpp"
 #include "strata/tier/file_tier.hpp"
 #include "strata/tier/host_memory.hpp"

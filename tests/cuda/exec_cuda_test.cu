@@ -13,6 +13,7 @@
 #include <strata/exec/cuda_stream.hpp>
 #include <strata/offload/offloaded_adamw.hpp>
 #include <strata/policy/lru.hpp>
+#include <strata/tier/device_tier.hpp>
 #include <strata/tier/host_tier.hpp>
 
 #include "../exec/stream_suite.hpp"
@@ -44,9 +45,35 @@ struct cuda_stream_fixture {
   device_memory device(std::size_t n) { return device_memory(n); }
 };
 
+struct traced_cuda_stream_fixture : cuda_stream_fixture {
+  using stream_type = strata::traced<strata::cuda_stream>;
+  strata::tracer trace;
+  std::unique_ptr<stream_type> make(std::string name) { return std::make_unique<stream_type>(&trace, std::move(name)); }
+};
+
 }  // namespace
 
-STRATA_STREAM_SUITE_INVOKE(cuda_stream_fixture);
+STRATA_STREAM_SUITE_INVOKE(cuda_stream_fixture, traced_cuda_stream_fixture);
+
+TEST_CASE("a cuda_executor on traced streams measures the kernel on the compute stream") {
+  using exec_t = strata::basic_cuda_executor<strata::traced<strata::cuda_stream>>;
+  strata::tracer trace;
+  exec_t exec({}, [&](strata::stream_role, const std::string& name, int device) {
+    return std::make_unique<strata::traced<strata::cuda_stream>>(&trace, name, device);
+  });
+  const std::size_t n = 1 << 20;
+  auto mem = exec.allocate_device(n * 16);
+  auto* f = reinterpret_cast<float*>(mem.data());
+  STRATA_CUDA_TRY(cudaMemset(mem.data(), 0, n * 16));
+  const auto* grad = reinterpret_cast<const strata::bf16*>(f + 3 * n);
+  strata::adamw_group<strata::bf16, strata::bf16> g{{f, n}, {f + n, n}, {f + 2 * n, n}, {}, {grad, n}, {}};
+  const strata::adamw_step_params k{};
+  exec.enqueue_update(g, k);
+  exec.compute().sync();
+  CHECK(exec.compute().activity().operations == 1);
+  CHECK(exec.compute().activity().busy_s > 0);
+  CHECK(exec.h2d().activity().operations == 0);
+}
 
 TEST_CASE("offloaded_adamw on the GPU (every site policy) is bit-identical to AdamW on one flat array") {
   using namespace strata_test;
@@ -76,4 +103,76 @@ TEST_CASE("offloaded_adamw on the GPU (every site policy) is bit-identical to Ad
   run(strata::always_device{});
   run(strata::alternating_site{1, 1});
   run(strata::alternating_site{1, 3});
+}
+
+TEST_CASE("on the GPU, gradients and the model in device memory step as host ones do, for every site") {
+  using namespace strata_test;
+  const std::size_t n = 200'003, sg = 30'000;
+  const auto init = random_params(n, 8);
+  strata::adamw_options ao;
+  strata::cuda_executor exec;
+  auto grads_dev = exec.allocate_device(n * sizeof(strata::bf16));
+  auto model_dev = exec.allocate_device(n * sizeof(strata::bf16));
+  const strata::device_span<strata::bf16> dgrads(reinterpret_cast<strata::bf16*>(grads_dev.data()), n);
+  const strata::device_span<strata::bf16> dmodel(reinterpret_cast<strata::bf16*>(model_dev.data()), n);
+  strata::cuda_stream backward("backward");
+  auto run = [&](auto site, bool norm) {
+    strata::host_tier tier(strata::host_tier_options{.name = "host"});
+    strata::offload_options off;
+    off.subgroup_elems = sg;
+    off.host_cache_bytes = 2 * strata::offload_layout::of(n, ao, off).slot_footprint();
+    if (norm) {
+      off.max_grad_norm = 0.05;
+      off.loss_scaling.enabled = true;
+      off.loss_scaling.init_scale = 256;
+    }
+    strata::offloaded_adamw<strata::host_tier, strata::lru, strata::alternating, strata::cuda_executor,
+                            decltype(site)>
+        opt(tier, exec, init, ao, off, {}, {}, site);
+    scaled_reference ref(init, ao, sg, off);
+    for (int t = 0; t < 3; ++t) {
+      const auto raw = random_grads<float>(n, 90 + static_cast<std::uint64_t>(t));
+      std::vector<strata::bf16> g(n);
+      for (std::size_t i = 0; i < n; ++i) g[i] = strata::bf16(raw[i] * opt.loss_scale());
+      // "Backward" writes the gradients on its own stream; the optimizer waits for its event.
+      backward.copy_to_device(dgrads.bytes(), std::as_bytes(std::span(g)));
+      const auto ready = backward.record();
+      for (std::size_t s = 0; s < opt.subgroup_count(); ++s)
+        opt.accept_gradients(s, strata::device_span<const strata::bf16>(dgrads).subspan(opt.begin(s), opt.length(s)),
+                             ready);
+      opt.step(1e-3, dmodel);
+      std::vector<strata::bf16> out(n), ref_out(n);
+      STRATA_CUDA_TRY(cudaMemcpy(out.data(), dmodel.data(), n * 2, cudaMemcpyDeviceToHost));
+      ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(ref_out));
+      CHECK(std::memcmp(out.data(), ref_out.data(), n * 2) == 0);
+      require_same(opt, ref);
+    }
+    backward.sync();
+  };
+  for (const bool norm : {false, true}) {
+    CAPTURE(norm);
+    run(strata::always_host{}, norm);
+    run(strata::always_device{}, norm);
+    run(strata::alternating_site{1, 2}, norm);
+  }
+}
+
+TEST_CASE("device_tier<cuda_executor> keeps objects in GPU memory byte for byte, growth included") {
+  static_assert(strata::tier<strata::device_tier<strata::cuda_executor>>);
+  strata::device_tier<strata::cuda_executor> t(strata::device_tier_options{.name = "gpu", .capacity = 64 << 20},
+                                               strata::cuda_executor_options{});
+  std::vector<std::byte> expect;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<std::byte> piece(100'000 + 4093 * static_cast<std::size_t>(i));
+    for (std::size_t k = 0; k < piece.size(); ++k) piece[k] = static_cast<std::byte>((k * 31 + static_cast<std::size_t>(i)) >> 2);
+    t.write("obj", expect.size(), piece).get();
+    expect.insert(expect.end(), piece.begin(), piece.end());
+    std::vector<std::byte> out(expect.size());
+    t.read("obj", 0, out).get();
+    CHECK(out == expect);
+  }
+  CHECK_THROWS_AS(t.write("big", 0, std::vector<std::byte>(65 << 20)).get(), strata::capacity_error);
+  CHECK(t.remove("obj"));
+  t.flush();
+  CHECK(t.executor().device_used() == 0);
 }

@@ -17,6 +17,8 @@
 #include <strata/exec/faulty_stream.hpp>
 #include <strata/exec/host_executor.hpp>
 #include <strata/offload/offloaded_adamw.hpp>
+#include <strata/tier/device_tier.hpp>
+#include <strata/tier/multipath.hpp>
 
 #include "offload_test_support.hpp"
 
@@ -170,5 +172,36 @@ TEST_CASE("a model copy in device memory is written in place by device updates a
       CHECK(std::memcmp(model.data(), ref_out.data(), n * sizeof(strata::bf16)) == 0);
     }
     require_same_state(opt, ref);
+  }
+}
+
+TEST_CASE("optimizer state kept in device memory (device_tier above host memory) steps bit-identically") {
+  using dev_tier = strata::device_tier<exec_t>;
+  using tier_t = strata::multipath<strata::bandwidth_proportional, dev_tier, strata::host_tier>;
+  const auto init = random_params(n, 5);
+  strata::adamw_options ao;
+  auto off = options(false);
+  off.host_cache_bytes = 0;  // every subgroup comes from its path in every step
+  const auto make_streams = [](strata::stream_role, const std::string& name) { return std::make_unique<S>(name); };
+  // The device path holds about half of the state (its budget), the host path the rest.
+  const std::uint64_t state_bytes = n * 12;
+  tier_t tier(strata::bandwidth_proportional{},
+              std::tuple{strata::device_tier_options{.name = "gpu", .capacity = state_bytes / 2 + 8192,
+                                                     .read_bandwidth = 50e9, .write_bandwidth = 50e9},
+                         strata::host_executor_options{.name = "gpu"}, make_streams},
+              strata::host_tier_options{.name = "host", .read_bandwidth = 25e9, .write_bandwidth = 25e9});
+  exec_t exec({}, make_streams);
+  strata::offloaded_adamw<tier_t, strata::sweep_aware, strata::alternating, exec_t, strata::alternating_site> opt(
+      tier, exec, init, ao, off, {}, {}, strata::alternating_site{1, 1});
+  CHECK(tier.path<0>().used() > 0);
+  CHECK(tier.path<1>().used() > 0);
+  scaled_reference ref(init, ao, sg, off);
+  for (int t = 0; t < 3; ++t) {
+    const auto g = random_grads<strata::bf16>(n, 60 + static_cast<std::uint64_t>(t));
+    std::vector<strata::bf16> out(n), ref_out(n);
+    opt.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(out));
+    ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(ref_out));
+    CHECK(out == ref_out);
+    require_same(opt, ref);
   }
 }

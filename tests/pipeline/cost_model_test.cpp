@@ -132,6 +132,15 @@ TEST_CASE("a cost_model_site puts exactly k of every step's subgroups on the dev
   CHECK(slower > k);
   site.observe(0, 1.0);  // nothing on the host: nothing learnt
   CHECK(copy.device_count() == slower);
+  // Beside device updates the host ran 2x slower still (shared memory bandwidth): the split
+  // model charges its host subgroups that, and a CPU-only step keeps the alone rate.
+  site.observe(1'000'000, 6e-3, 3);
+  CHECK(copy.model().rates.host_params_per_s == doctest::Approx(1e9 / 3));
+  CHECK(copy.model().host_slowdown == doctest::Approx(2.0));
+  CHECK(copy.predicted_seconds(0) == doctest::Approx(20 * 1e6 * 3e-9));
+  CHECK(copy.device_count() >= slower);
+  site.observe(4'000'000, 1e-3, 5);  // (sums) now faster beside the device than alone: no slowdown below 1
+  CHECK(copy.model().host_slowdown == doctest::Approx(1.0));
   CHECK_FALSE(strata::cost_model_site(model(1e9, 0, 0, 0), 4, 100).uses_device());
   CHECK_THROWS_AS(strata::cost_model_site(model(1e9, 1e9, 1e9, 1e9), 0, 100), strata::config_error);
 }

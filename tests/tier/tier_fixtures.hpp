@@ -201,6 +201,23 @@ struct any_tier_fixture {
   tier_type t;
 };
 
+/// GPU memory as a tier, on the executor model without a GPU: jittered streams, so copies finish
+/// out of step with each other as on a device.
+struct device_fixture {
+  static constexpr const char* name = "device_tier<host_executor<jittered<host_stream>>>";
+  using stream_type = strata::jittered<strata::host_stream>;
+  using tier_type = strata::device_tier<strata::host_executor<stream_type>>;
+  explicit device_fixture(std::uint64_t cap = strata::unlimited_capacity)
+      : t(strata::device_tier_options{.name = "device", .capacity = cap}, strata::host_executor_options{.name = "dev"},
+          [](strata::stream_role r, const std::string& n) {
+            return std::make_unique<stream_type>(
+                strata::jitter_options{.seed = static_cast<std::uint64_t>(r) + 1, .max_delay = std::chrono::microseconds(200)},
+                n);
+          }) {}
+  tier_type& tier() { return t; }
+  tier_type t;
+};
+
 /// Deterministic random bytes.
 inline std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 g(seed);

@@ -19,7 +19,9 @@
 /// with a probe subgroup (the same code measures PCIe and a GPU, or a simulated device);
 /// `cost_model_site` applies the model's k (or a forced share) per step; `observe` folds each
 /// finished step's host kernel time back into the host rate (a probe runs in warm caches, a step
-/// does not).
+/// does not), separately for steps with and without device updates: while the device's copies
+/// run, the CPU kernel shares memory bandwidth with them (and, on a simulated device, the CPU
+/// itself), so host subgroups of a split step take `host_slowdown` times longer.
 
 #include <algorithm>
 #include <chrono>
@@ -73,13 +75,16 @@ struct update_cost_model {
   /// Device updates in flight at once (offload_options::device_depth, or fewer when free device
   /// memory holds fewer slots; 0: no device).
   std::size_t device_depth = 2;
+  /// How much longer a host update takes while device updates run beside it (>= 1).
+  double host_slowdown = 1;
 
   /// Predicted update time of a step of `subgroups` subgroups of `params` parameters with `k` on
   /// the device (infinity when k > 0 and no device update is possible).
   [[nodiscard]] double seconds(std::size_t subgroups, double params, std::size_t k) const {
     k = std::min(k, subgroups);
-    const double host = params * per(rates.host_params_per_s, 1);
-    if (k == 0) return static_cast<double>(subgroups) * host;
+    const double alone = params * per(rates.host_params_per_s, 1);
+    if (k == 0) return static_cast<double>(subgroups) * alone;
+    const double host = alone * std::max(1.0, host_slowdown);
     if (!device_usable()) return std::numeric_limits<double>::infinity();
     const double in = params * per(rates.h2d_bytes_per_s, traffic.in_per_param);
     const double kernel = params * per(rates.device_params_per_s, 1);
@@ -191,7 +196,7 @@ template <executor Exec>
 class cost_model_site {
  public:
   cost_model_site(update_cost_model model, std::size_t subgroups, std::size_t subgroup_params)
-      : state_(std::make_shared<shared>(shared{model, subgroups, static_cast<double>(subgroup_params), {}, 0, 0, {}})) {
+      : state_(std::make_shared<shared>(shared{model, subgroups, static_cast<double>(subgroup_params), {}, {}, {}, {}})) {
     STRATA_EXPECTS(subgroups > 0 && subgroup_params > 0, config_error,
                    "cost_model_site: {} subgroups of {} parameters", subgroups, subgroup_params);
   }
@@ -227,14 +232,20 @@ class cost_model_site {
                    "cost_model_site: forced device share {} is not in [0, 1]", share ? *share : 0.0);
     state_->forced = share;
   }
-  /// Folds a finished step's host kernel figures into the host rate (parameters over seconds,
-  /// summed over the steps observed). Call between steps.
-  void observe(std::uint64_t host_params, double host_kernel_s) {
+  /// Folds a finished step's host kernel figures into the model (parameters over seconds, summed
+  /// over the steps observed): steps without device updates give the host rate, steps with some
+  /// give the host rate beside the device and so host_slowdown (the ratio of the two, once both
+  /// are known; at least 1). Call between steps.
+  void observe(std::uint64_t host_params, double host_kernel_s, std::size_t device_updates = 0) {
     if (host_params == 0 || !(host_kernel_s > 0)) return;
     auto& s = *state_;
-    s.observed_params += static_cast<double>(host_params);
-    s.observed_s += host_kernel_s;
-    s.model.rates.host_params_per_s = s.observed_params / s.observed_s;
+    auto& sums = device_updates == 0 ? s.alone : s.shared;
+    sums.params += static_cast<double>(host_params);
+    sums.seconds += host_kernel_s;
+    if (s.alone.seconds > 0) s.model.rates.host_params_per_s = s.alone.params / s.alone.seconds;
+    else s.model.rates.host_params_per_s = s.shared.params / s.shared.seconds;  // the best known so far
+    if (s.alone.seconds > 0 && s.shared.seconds > 0)
+      s.model.host_slowdown = std::max(1.0, (s.alone.params / s.alone.seconds) / (s.shared.params / s.shared.seconds));
     s.chosen.reset();
   }
   [[nodiscard]] const update_cost_model& model() const noexcept { return state_->model; }
@@ -245,7 +256,9 @@ class cost_model_site {
     std::size_t subgroups;
     double subgroup_params;
     std::optional<double> forced;
-    double observed_params, observed_s;
+    struct sums {
+      double params = 0, seconds = 0;
+    } alone, shared;
     std::optional<std::size_t> chosen;  // the model's k for the current rates
   };
   std::shared_ptr<shared> state_;

@@ -114,10 +114,7 @@ class file_tier {
 
   io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     try {
-      validate_object_name(opts_.name, object);
-      STRATA_EXPECTS(offset <= unlimited_capacity - bytes.size(), config_error,
-                     "tier '{}': write to object '{}' at offset {} overflows", opts_.name, object, offset);
-      const std::uint64_t end = offset + bytes.size();
+      const std::uint64_t end = validate_write(opts_.name, object, offset, bytes.size());
       const auto path = path_of(object);
       std::uint64_t old_size = 0;
       {

@@ -45,10 +45,7 @@ class host_tier {
 
   io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     return run_as_io_future([&] {
-      validate_object_name(opts_.name, object);
-      STRATA_EXPECTS(offset <= unlimited_capacity - bytes.size(), config_error,
-                     "tier '{}': write to object '{}' at offset {} overflows", opts_.name, object, offset);
-      const std::uint64_t end = offset + bytes.size();
+      const std::uint64_t end = validate_write(opts_.name, object, offset, bytes.size());
       std::unique_lock lock(mutex_);
       auto it = objects_.find(object);
       const std::uint64_t old_size = it == objects_.end() ? 0 : it->second.size;

@@ -87,6 +87,16 @@ inline void validate_object_name(std::string_view tier_name, std::string_view ob
                  tier_name, object);
 }
 
+/// Checks a write request before it is issued: a valid object name and an end that does not
+/// overflow; returns that end (offset + bytes).
+inline std::uint64_t validate_write(std::string_view tier_name, std::string_view object, std::uint64_t offset,
+                                    std::size_t bytes) {
+  validate_object_name(tier_name, object);
+  STRATA_EXPECTS(offset <= std::numeric_limits<std::uint64_t>::max() - bytes, config_error,
+                 "tier '{}': write to object '{}' at offset {} overflows", tier_name, object, offset);
+  return offset + bytes;
+}
+
 /// The error for a read past the end of an object or of a missing object.
 [[nodiscard]] inline config_error out_of_range_error(std::string_view tier_name, std::string_view object,
                                                      std::uint64_t offset, std::uint64_t length,
