@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include <strata/core/env.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/half.hpp>
 #include <strata/core/thread_pool.hpp>
@@ -187,6 +188,9 @@ int example_main(const char* program, const std::string& usage, int argc, char**
         std::fputs(usage.c_str(), stdout);
         return 0;
       }
+    for (const auto& var : strata::unknown_env_variables())
+      std::fprintf(stderr, "%s: warning: %s is not a strata variable (misspelt?); it is ignored\n", program,
+                   var.c_str());
     parse(c);
   } catch (const std::exception& e) {  // config_error from bad_usage or the environment (STRATA_*)
     std::fprintf(stderr, "%s: %s\n", program, e.what());

@@ -10,12 +10,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
 #include <strata/strata.hpp>
 
 namespace {
@@ -32,7 +36,8 @@ constexpr const char* usage =
     "  --budget SIZE     host memory budget (strata sizes its cache from it)\n"
     "  --steps N         steps; default 3\n"
     "  --threads N       kernel threads; default: all CPUs\n"
-    "  --keep            keep the path directories afterwards\n"
+    "  --keep            keep the state objects and the directories made for them\n"
+    "  --no-integrity    do not checksum the state on the paths (faster, unverified reads)\n"
     "  --help            this text\n";
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -40,12 +45,24 @@ constexpr const char* usage =
   std::exit(2);
 }
 
-}  // namespace
+/// A count in [lo, hi] ("3", "1e9", "250M"), or a usage error naming the flag.
+std::uint64_t count_in(std::string_view flag, const std::string& text, std::uint64_t lo, std::uint64_t hi) {
+  std::uint64_t v = 0;
+  try {
+    v = strata::parse_count(text);
+  } catch (const strata::error& e) {
+    fail(fmt::format("{}: {}", flag, e.what()));
+  }
+  if (v < lo || v > hi) fail(fmt::format("{} {} is out of range ({}..{})", flag, text, lo, hi));
+  return v;
+}
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
+  for (const auto& name : strata::unknown_env_variables())
+    std::fprintf(stderr, "offload_demo: warning: %s is not a strata variable (misspelt?); it is ignored\n", name.c_str());
   strata::offloaded_adamw_config cfg;
   std::uint64_t params = 10'000'000;
-  int steps = 3;
+  std::uint64_t steps = 3;
   bool cap = false, keep = false;
   std::vector<std::string> path_args;
   cfg.offload.subgroup_elems = 4u << 20;
@@ -60,9 +77,9 @@ int main(int argc, char** argv) {
         std::printf("%s", usage);
         return 0;
       } else if (a == "--params") {
-        params = strata::parse_count(value());
+        params = count_in(a, value(), 1, std::uint64_t{1} << 48);
       } else if (a == "--subgroup") {
-        cfg.offload.subgroup_elems = static_cast<std::size_t>(strata::parse_count(value()));
+        cfg.offload.subgroup_elems = static_cast<std::size_t>(count_in(a, value(), 1, std::uint64_t{1} << 40));
       } else if (a == "--preset") {
         cfg.preset = value();
       } else if (a == "--path") {
@@ -74,11 +91,13 @@ int main(int argc, char** argv) {
       } else if (a == "--budget") {
         cfg.offload.host_memory_budget = strata::parse_size(value());
       } else if (a == "--steps") {
-        steps = std::atoi(value().c_str());
+        steps = count_in(a, value(), 0, 1'000'000);
       } else if (a == "--threads") {
-        cfg.offload.threads = static_cast<std::size_t>(std::atoi(value().c_str()));
+        cfg.offload.threads = static_cast<std::size_t>(count_in(a, value(), 1, 1024));
       } else if (a == "--keep") {
         keep = true;
+      } else if (a == "--no-integrity") {
+        cfg.verify_integrity = false;
       } else {
         fail("unknown option " + std::string(a));
       }
@@ -87,8 +106,9 @@ int main(int argc, char** argv) {
     for (const auto& p : path_args) {
       strata::offload_path_config pc;
       const auto at = p.find('@');
-      pc.directory = p.substr(0, at);
-      if (pc.directory == "host") pc.directory.clear();  // a path in host memory (emulation, tests)
+      const std::string dir = p.substr(0, at);
+      if (dir.empty()) fail(fmt::format("--path '{}' has no directory (DIR[@READ/WRITE]; 'host' for host memory)", p));
+      if (dir != "host") pc.directory = dir;  // "host": a path in host memory (emulation, tests)
       if (at != std::string::npos) {
         auto bw = p.substr(at + 1);
         const bool capped = cap || (!bw.empty() && bw.back() == '!');
@@ -102,54 +122,92 @@ int main(int argc, char** argv) {
           pc.write_cap = pc.write_bandwidth;
         }
       }
+      for (const auto& q : cfg.paths)
+        if (!pc.directory.empty() && !q.directory.empty() &&
+            std::filesystem::weakly_canonical(q.directory) == std::filesystem::weakly_canonical(pc.directory))
+          fail(fmt::format("--path {} is given twice (each path needs its own directory)", pc.directory.string()));
       cfg.paths.push_back(pc);
     }
   } catch (const strata::error& e) {
     fail(e.what());
   }
 
-  try {
-    // Cheap deterministic values (a normal generator would take longer than a step at 1e9).
-    std::vector<float> init(params);
-    std::uint32_t x = 1;
-    for (auto& p : init) {
-      x = x * 1664525u + 1013904223u;
-      p = static_cast<float>(static_cast<std::int32_t>(x)) * 0x1p-31f;
+  // The demo's own arrays (fp32 weights, bf16 gradients) must fit before anything is allocated.
+  strata::require_physical_memory(params * (sizeof(float) + sizeof(strata::bf16)),
+                                  fmt::format("the demo's weights and gradients of {} parameters", params));
+
+  // Only what this run created is removed afterwards (unless --keep): the optimizer's objects,
+  // then the directories it made, if empty.
+  strata::created_directories dirs;
+  std::unique_ptr<strata::any_offloaded_adamw> opt;
+  struct cleanup {
+    bool keep;
+    strata::created_directories& dirs;
+    std::unique_ptr<strata::any_offloaded_adamw>& opt;
+    ~cleanup() {
+      if (keep) return;
+      if (opt) {
+        try {
+          (void)opt->remove_state();
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "offload_demo: cleanup: %s\n", e.what());
+        }
+        opt.reset();
+      }
+      dirs.remove_empty();
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    auto opt = strata::make_offloaded_adamw(cfg, init);
-    const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto st0 = opt->stats();
-    std::printf("preset %s: %llu parameters (%s of state), %zu-parameter subgroups, cache %zu subgroups, pipeline %zu "
-                "slots, host memory %s of %s; initial write %.1f s\n",
-                std::string(opt->preset()).c_str(), static_cast<unsigned long long>(params),
-                strata::format_size(params * 12).c_str(), opt->offload().subgroup_elems, st0.cache_slots,
-                st0.pipeline_slots, strata::format_size(st0.host_memory_used).c_str(),
-                st0.host_memory_budget == strata::unlimited_capacity ? "unlimited"
-                                                                     : strata::format_size(st0.host_memory_budget).c_str(),
-                setup);
-    init.clear();
-    init.shrink_to_fit();
-    std::vector<strata::bf16> grads(params);
-    for (auto& g : grads) {
-      x = x * 1664525u + 1013904223u;
-      g = strata::bf16(static_cast<float>(static_cast<std::int32_t>(x)) * 0x1p-41f);
-    }
-    for (int t = 0; t < steps; ++t) {
-      const auto s = opt->step(std::span<const strata::bf16>(grads), 1e-4);
-      std::printf("%s\n", s.to_string().c_str());
-      for (const auto& p : s.paths)
-        std::printf("  path %s: read %s, written %s (declared %.2f / %.2f GB/s)\n", p.name.c_str(),
-                    strata::format_size(p.bytes_read).c_str(), strata::format_size(p.bytes_written).c_str(),
-                    p.read_bandwidth / 1e9, p.write_bandwidth / 1e9);
-      std::fflush(stdout);
-    }
-  } catch (const strata::error& e) {
-    std::fprintf(stderr, "offload_demo: %s\n", e.what());
-    return 1;
+  } guard{keep, dirs, opt};
+  for (const auto& p : cfg.paths)
+    if (!p.directory.empty()) dirs.create(p.directory);
+
+  // Cheap deterministic values (a normal generator would take longer than a step at 1e9).
+  std::vector<float> init(params);
+  std::uint32_t x = 1;
+  for (auto& p : init) {
+    x = x * 1664525u + 1013904223u;
+    p = static_cast<float>(static_cast<std::int32_t>(x)) * 0x1p-31f;
   }
-  if (!keep)
-    for (const auto& p : cfg.paths)
-      if (!p.directory.empty()) std::filesystem::remove_all(p.directory);
+  const auto t0 = std::chrono::steady_clock::now();
+  opt = strata::make_offloaded_adamw(cfg, init);
+  const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto st0 = opt->stats();
+  std::printf("preset %s: %llu parameters (%s of state), %zu-parameter subgroups, cache %zu subgroups, pipeline %zu "
+              "slots, host memory %s of %s; initial write %.1f s\n",
+              std::string(opt->preset()).c_str(), static_cast<unsigned long long>(params),
+              strata::format_size(params * 12).c_str(), opt->offload().subgroup_elems, st0.cache_slots,
+              st0.pipeline_slots, strata::format_size(st0.host_memory_used).c_str(),
+              st0.host_memory_budget == strata::unlimited_capacity ? "unlimited"
+                                                                   : strata::format_size(st0.host_memory_budget).c_str(),
+              setup);
+  init.clear();
+  init.shrink_to_fit();
+  std::vector<strata::bf16> grads(params);
+  for (auto& g : grads) {
+    x = x * 1664525u + 1013904223u;
+    g = strata::bf16(static_cast<float>(static_cast<std::int32_t>(x)) * 0x1p-41f);
+  }
+  for (std::uint64_t t = 0; t < steps; ++t) {
+    const auto s = opt->step(std::span<const strata::bf16>(grads), 1e-4);
+    std::printf("%s\n", s.to_string().c_str());
+    for (const auto& p : s.paths)
+      std::printf("  path %s: read %s, written %s (declared %.2f / %.2f GB/s)\n", p.name.c_str(),
+                  strata::format_size(p.bytes_read).c_str(), strata::format_size(p.bytes_written).c_str(),
+                  p.read_bandwidth / 1e9, p.write_bandwidth / 1e9);
+    std::fflush(stdout);
+  }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Every failure is one line and exit code 1 (usage errors: 2), never an abort.
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "offload_demo: out of host memory (try fewer --params or a smaller --budget)\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "offload_demo: %s\n", e.what());
+  }
+  return 1;
 }

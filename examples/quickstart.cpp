@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   for (const auto& s : steps) std::printf("%s\n", s.to_string().c_str());
   std::printf("model[0]: 0.5 -> %.4f\n", float(model[0]));
 
-  for (std::size_t s = 0; s < opt.subgroup_count(); ++s) tier.remove(opt.object_name(s));  // clean up
+  opt.remove_state();  // clean up: the optimizer's own objects, nothing else
   std::error_code ec;  // then the directories, if nothing else is in them
   for (const auto& dir : {nvme, pfs}) std::filesystem::remove(dir, ec);
 }

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <strata/core/aligned_buffer.hpp>
 #include <strata/core/units.hpp>
+#include <strata/core/fs.hpp>
 #include <strata/tier/checksummed.hpp>
 #include <strata/tier/file_tier.hpp>
 
@@ -47,6 +48,13 @@ int run(args& a) {
   direct_io_buffer data(size, buffer_init::zeroed);
   for (std::uint64_t i = 0; i < size; i += 8) data.data()[i] = static_cast<std::byte>(i >> 3);  // not all zeros
 
+  // Only what this run made is removed afterwards, also when it fails: its objects (the passes
+  // remove them) and the directory, if it made it and it is empty.
+  struct cleanup {
+    created_directories made;
+    ~cleanup() { made.remove_empty(); }
+  } cleanup{};
+  cleanup.made.create(dir);
   std::vector<double> w, r, rc;
   {
     file_tier t(o);
@@ -56,13 +64,11 @@ int run(args& a) {
   }
   if (checksum) {
     checksummed<file_tier> t(checksum_options{}, o);
+    const pass_objects_guard<checksummed<file_tier>> objects{t, size, object};
     (void)timed_pass(t, true, data.bytes(), object);
     for (std::uint64_t k = 0; k < reps; ++k)
       rc.push_back(static_cast<double>(size) / timed_pass(t, false, data.bytes(), object) / 1e9);
-    remove_pass_objects(t, size, object);
   }
-  std::error_code ec;
-  std::filesystem::remove(dir, ec);  // only if empty: never delete a user's files
 
   const double wm = median(w), rm = median(r);
   if (json) {

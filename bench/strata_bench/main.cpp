@@ -2,11 +2,13 @@
 // in this folder that registers itself (see cli.hpp).
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
+#include <strata/core/env.hpp>
 
 #include "cli.hpp"
 
@@ -41,12 +43,17 @@ int main(int argc, char** argv) {
       fmt::print("usage: strata-bench {} {}\n", cmd->name, cmd->usage);
       return 0;
     }
+  for (const auto& var : strata::unknown_env_variables())
+    fmt::print(stderr, "strata-bench: warning: {} is not a strata variable (misspelt?); it is ignored\n", var);
   try {
     strata::bench::args a(std::string(name), rest);
     return cmd->run(a);
   } catch (const strata::config_error& e) {  // usage_error is one; so is a bad size or option value
     fmt::print(stderr, "strata-bench: {}\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "strata-bench {}: out of host memory (try a smaller --params or --size)\n", name);
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "strata-bench {}: {}\n", name, e.what());
     return 1;

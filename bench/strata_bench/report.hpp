@@ -81,6 +81,20 @@ void remove_pass_objects(Tier& t, std::uint64_t bytes, std::uint64_t object_byte
   for (std::uint64_t off = 0, i = 0; off < bytes; off += object_bytes, ++i) t.remove(fmt::format("bench-{}", i));
 }
 
+/// Removes a timed_pass's objects when it goes out of scope, also when a pass failed (a full
+/// disk, too many files): a benchmark never leaves its objects behind.
+template <class Tier>
+struct pass_objects_guard {
+  Tier& t;
+  std::uint64_t bytes, object_bytes;
+  ~pass_objects_guard() {
+    try {
+      remove_pass_objects(t, bytes, object_bytes);
+    } catch (...) {  // the pass's own error is the one reported
+    }
+  }
+};
+
 /// GB/s (1e9 bytes) of each round's write pass and read pass.
 struct write_read_rates {
   std::vector<double> write, read;
@@ -91,11 +105,11 @@ template <class Tier>
 write_read_rates write_read_rounds(Tier& t, std::span<std::byte> data, std::uint64_t object_bytes, std::uint64_t reps) {
   write_read_rates r;
   const auto gb = static_cast<double>(data.size()) / 1e9;
+  const pass_objects_guard<Tier> cleanup{t, data.size(), object_bytes};
   for (std::uint64_t k = 0; k < reps; ++k) {
     r.write.push_back(gb / timed_pass(t, true, data, object_bytes));
     r.read.push_back(gb / timed_pass(t, false, data, object_bytes));
   }
-  remove_pass_objects(t, data.size(), object_bytes);
   return r;
 }
 

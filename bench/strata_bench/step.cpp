@@ -34,6 +34,7 @@
 
 #include <fmt/format.h>
 #include <strata/core/aligned_buffer.hpp>
+#include <strata/core/fs.hpp>
 #include <strata/core/half.hpp>
 #include <strata/core/thread_pool.hpp>
 #include <strata/core/trace.hpp>
@@ -41,6 +42,7 @@
 #include <strata/offload/offload_layout.hpp>
 #include <strata/offload/make_offloaded_adamw.hpp>
 #include <strata/tier/file_tier.hpp>
+#include <strata/tier/host_memory.hpp>
 
 #include "cli.hpp"
 #include "report.hpp"
@@ -309,7 +311,8 @@ summary summarize(const runner& r) {
 constexpr const char* usage_text =
     "[--params 200M] [--subgroup 8M] [--cache BYTES|25%] [--path DIR[:READ[:WRITE]]]... "
     "[--preset zero_infinity|mlp_offload|strata|all] [--iters 3] [--warmup 1] [--compare] "
-    "[--grad bf16|fp16|fp32] [--threads N] [--probe 512MiB] [--max-grad-norm X] [--loss-scaling] [--json FILE]\n"
+    "[--grad bf16|fp16|fp32] [--threads N] [--probe 512MiB] [--max-grad-norm X] [--loss-scaling] [--no-integrity]\n"
+    "[--json FILE] "
     "[--trace FILE] [--keep]\n"
     "   or: --device sim|cuda [--params] [--subgroup] [--threads] [--iters] [--warmup] [--cache BYTES] [--path ...]\n"
     "       [--device-share S] [--compare-cpu] [--h2d 16GB] [--d2h 16GB] [--device-rate 4G] [--device-memory BYTES]\n"
@@ -335,7 +338,9 @@ constexpr const char* usage_text =
     "  --trace FILE    Chrome trace (ui.perfetto.dev): step phases and per-path GB/s counters\n"
     "  --max-grad-norm X  clip gradients to this global norm (offload_options::max_grad_norm; 0: off)\n"
     "  --loss-scaling  dynamic loss scaling on (offload_options::loss_scaling; the gradients are then checked)\n"
-    "  --keep          keep the state files (under DIR/strata-bench-step/; removed otherwise, also on failure)\n"
+    "  --no-integrity  do not checksum the state on the paths (offloaded_adamw_config::verify_integrity)\n"
+    "  --keep          keep the state files (under DIR/strata-bench-step/; otherwise the run removes the objects\n"
+    "                  it wrote and the directories it made, if empty, also on failure; nothing else)\n"
     "\n"
     "  --device D      sim or cuda: the strata preset with the bf16 model and gradients in device memory; each\n"
     "                  subgroup updated on the CPU or the device as the cost model (or --device-share) says;\n"
@@ -372,6 +377,7 @@ int run_typed(args& a) {
   const bool keep = a.flag("keep");
   const double max_grad_norm = a.real("max-grad-norm", 0);
   const bool loss_scaling = a.flag("loss-scaling");
+  const bool integrity = !a.flag("no-integrity");
   (void)a.get("grad");  // consumed by run()
   a.finish();
   if (params == 0 || subgroup == 0) throw usage_error("step: --params and --subgroup must be positive");
@@ -380,6 +386,9 @@ int run_typed(args& a) {
   if (path_args.empty()) throw usage_error("step: give at least one --path DIR[:READ[:WRITE]]");
   if (max_grad_norm < 0) throw usage_error("step: --max-grad-norm must be >= 0 (0: no clipping)");
   const std::uint64_t state_bytes = params * 12;
+  // The run's own arrays (fp32 weights, gradients) must fit before anything is allocated.
+  require_physical_memory(params * (sizeof(float) + sizeof(G)),
+                          fmt::format("step: the weights and gradients of {} parameters", params));
   offload_options layout_options;
   layout_options.subgroup_elems = static_cast<std::size_t>(subgroup);  // host gradients: the cached presets'
   const auto layout = offload_layout::of(static_cast<std::size_t>(params), adamw_options{}, layout_options);
@@ -440,20 +449,18 @@ int run_typed(args& a) {
     if (!*json_out) throw io_error("open --json", *json_path, errno);
   }
   // State files (12 bytes per parameter per preset) never outlive the run unless --keep, also
-  // when it fails; declared before the optimizers, so it runs after they closed their files.
+  // when it fails, and nothing else is ever removed: each optimizer removes its own objects
+  // (remove_state, below), then the directories this run made go if they are empty. Declared
+  // before the optimizers, so it runs after they closed their files.
   struct cleanup {
-    std::vector<fs::path> dirs;
+    created_directories made;
     bool keep;
     ~cleanup() {
-      std::error_code ec;
-      for (const auto& d : dirs)
-        if (!keep || d.filename() == ".probe") fs::remove_all(d, ec);
+      if (!keep) made.remove_empty();
     }
   } cleanup{{}, keep};
   for (auto& p : paths) {
-    fs::create_directories(p.dir);
-    cleanup.dirs.push_back(p.dir / "strata-bench-step");
-    cleanup.dirs.push_back(p.dir / ".probe");
+    cleanup.made.create(p.dir);
     if (probe_bytes > 0) {
       if (progress) fmt::print(stderr, "\r\033[Kprobing {} ...", p.dir.string());
       probe(p, probe_bytes, 3);
@@ -470,6 +477,20 @@ int run_typed(args& a) {
 
   // Build every preset's optimizer (each in its own directories), writing the initial state.
   std::vector<runner> runners;
+  struct remove_states {
+    std::vector<runner>& runners;
+    bool keep;
+    ~remove_states() {
+      if (keep) return;
+      for (auto& r : runners) {
+        try {
+          if (r.opt) (void)r.opt->remove_state();
+        } catch (const std::exception& e) {
+          fmt::print(stderr, "strata-bench: step: removing the state of {}: {}\n", r.preset, e.what());
+        }
+      }
+    }
+  } remove_states_guard{runners, keep};
   {
     std::vector<float> init(params);
     std::uint32_t x = 1;
@@ -488,13 +509,16 @@ int run_typed(args& a) {
       c.offload.object_prefix = name;
       c.offload.max_grad_norm = max_grad_norm;
       c.offload.loss_scaling.enabled = loss_scaling;
+      c.verify_integrity = integrity;
       c.node_limiter_dir = paths[0].dir / "strata-bench-step" / "locks";
+      cleanup.made.create(c.node_limiter_dir);
       c.node_limiter_name = "strata-bench-pfs";
       c.trace = trace.get();
       const std::size_t used = name == "zero_infinity" ? 1 : paths.size();
       for (std::size_t k = 0; k < used; ++k) {
         offload_path_config pc;
         pc.directory = paths[k].dir / "strata-bench-step" / name;
+        cleanup.made.create(pc.directory);
         pc.name = paths[k].name;
         pc.read_cap = paths[k].read_cap;
         pc.write_cap = paths[k].write_cap;
@@ -604,7 +628,7 @@ int run_typed(args& a) {
     j.add("command", "step").add("params", params).add("subgroup", subgroup).add("cache_bytes", cache_bytes);
     j.add("grad", std::is_same_v<G, float> ? "fp32" : std::is_same_v<G, bf16> ? "bf16" : "fp16");
     j.add("iters", iters).add("warmup", warmup).add("compare", compare).add("threads", threads);
-    j.add("max_grad_norm", max_grad_norm).add("loss_scaling", loss_scaling);
+    j.add("max_grad_norm", max_grad_norm).add("loss_scaling", loss_scaling).add("integrity", integrity);
     std::vector<std::string> pj;
     for (const auto& p : paths) {
       json_object o;
@@ -679,6 +703,7 @@ int run_device(args& a, const std::string& device) {
   const auto cache = a.size("cache", path_args.empty() ? unlimited_capacity : 0);
   if (const auto s = a.get("device-share")) c.share = parse_real(*s, "step: --device-share");
   c.compare_cpu = a.flag("compare-cpu");
+  c.integrity = !a.flag("no-integrity");
   const double h2d = static_cast<double>(a.size("h2d", parse_size("16GB")));
   const double d2h = static_cast<double>(a.size("d2h", parse_size("16GB")));
   const double rate = static_cast<double>(a.count("device-rate", parse_count("4G")));
@@ -687,6 +712,8 @@ int run_device(args& a, const std::string& device) {
   c.trace_path = a.get("trace");
   a.finish();
   if (c.params == 0 || c.subgroup == 0) throw usage_error("step: --params and --subgroup must be positive");
+  require_physical_memory(c.params * (sizeof(float) + 3 * sizeof(bf16)),
+                          fmt::format("step --device: the weights, gradients and model of {} parameters", c.params));
   if (c.iters == 0 || c.iters > 1000 || c.warmup > 1000) throw usage_error("step: --iters must be 1..1000, --warmup 0..1000");
   if (c.threads == 0 || c.threads > 1024) throw usage_error("step: --threads must be 1..1024");
   if (c.share && !(*c.share >= 0 && *c.share <= 1)) throw usage_error("step: --device-share must be in [0, 1]");
@@ -701,15 +728,13 @@ int run_device(args& a, const std::string& device) {
     pc.write_cap = p.write_cap;
     c.paths.push_back(pc);
   }
-  // The state directories never outlive the run (also when it fails).
+  // The state never outlives the run (also when it fails): the optimizer removes its objects,
+  // then the directories made here go if they are empty.
   struct cleanup {
-    std::vector<fs::path> dirs;
-    ~cleanup() {
-      std::error_code ec;
-      for (const auto& d : dirs) fs::remove_all(d, ec);
-    }
+    created_directories made;
+    ~cleanup() { made.remove_empty(); }
   } cleanup{};
-  for (const auto& pc : c.paths) cleanup.dirs.push_back(pc.directory);
+  for (const auto& pc : c.paths) cleanup.made.create(pc.directory);
   std::unique_ptr<tracer> trace;
   if (c.trace_path) trace = std::make_unique<tracer>();
   c.trace = trace.get();

@@ -49,6 +49,7 @@ struct device_step_config {
   std::vector<offload_path_config> paths;  // empty: the state in host memory
   std::optional<double> share;             // forced device share; none: the cost model decides
   bool compare_cpu = false;                // also run CPU-only steps, interleaved
+  bool integrity = true;                   // checksummed paths
   std::optional<std::string> json_path, trace_path;
   tracer* trace = nullptr;
 };
@@ -105,13 +106,12 @@ int run_device_steps(const device_step_config& c, Exec& exec, std::string_view k
   if (bound_rates.device_params_per_s <= 0) bound_rates.device_params_per_s = rates.device_params_per_s;
   cost_model_site site(update_cost_model{rates, traffic, depth}, layout.subgroups(), sg);
 
+  offloaded_adamw_config pc;  // the paths as make_offloaded_adamw builds them (checksummed unless --no-integrity)
+  pc.paths = c.paths;
+  pc.verify_integrity = c.integrity;
+  if (pc.paths.empty()) pc.paths.push_back(offload_path_config{.directory = {}, .name = "host"});
   std::vector<any_tier> paths;
-  if (c.paths.empty()) {
-    offload_path_config host;
-    host.name = "host";
-    paths.push_back(strata::detail::make_offload_path(host, 0, nullptr));
-  }
-  for (std::size_t i = 0; i < c.paths.size(); ++i) paths.push_back(strata::detail::make_offload_path(c.paths[i], i, nullptr));
+  for (std::size_t i = 0; i < pc.paths.size(); ++i) paths.push_back(strata::detail::make_verified_path(pc, i, nullptr));
   tier_type tier(bandwidth_proportional{}, std::move(paths), "paths");
 
   std::vector<float> init(n);
@@ -122,6 +122,16 @@ int run_device_steps(const device_step_config& c, Exec& exec, std::string_view k
   }
   const auto t_setup = std::chrono::steady_clock::now();
   optimizer opt(tier, exec, init, ao, off, {}, {}, site, c.trace);
+  struct remove_state_at_end {  // the run's state never outlives it, also when it fails
+    optimizer& opt;
+    ~remove_state_at_end() {
+      try {
+        (void)opt.remove_state();
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "strata-bench: step: removing the state: {}\n", e.what());
+      }
+    }
+  } remove_guard{opt};
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_setup).count();
 
   // The model and backward's gradients in device memory.

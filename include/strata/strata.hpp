@@ -7,6 +7,7 @@
 #include "strata/core/completion.hpp"
 #include "strata/core/config.hpp"
 #include "strata/core/cuda.hpp"
+#include "strata/core/directory_lock.hpp"
 #include "strata/core/env.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
@@ -39,6 +40,7 @@
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offload_stats.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
+#include "strata/offload/prefix_claim.hpp"
 #include "strata/offload/presets.hpp"
 #include "strata/offload/tier_paths.hpp"
 

@@ -25,9 +25,8 @@ namespace {
 using namespace strata_test;
 namespace fs = std::filesystem;
 
-/// Starts the helper, waits for its "ready", lets it run `delay`, then SIGKILLs it. Returns
-/// whether the kill landed (false when the helper finished first).
-bool run_and_kill(const std::string& mode, const fs::path& work, std::chrono::microseconds delay) {
+/// Starts the helper and returns its pid once it printed "ready".
+pid_t start_helper(const std::string& mode, const fs::path& work) {
   int pipefd[2];
   REQUIRE(::pipe(pipefd) == 0);
   const pid_t pid = ::fork();
@@ -50,6 +49,13 @@ bool run_and_kill(const std::string& mode, const fs::path& work, std::chrono::mi
   }
   ::close(pipefd[0]);
   REQUIRE(std::string(buf, got) == "ready\n");
+  return pid;
+}
+
+/// Starts the helper, waits for its "ready", lets it run `delay`, then SIGKILLs it. Returns
+/// whether the kill landed (false when the helper finished first).
+bool run_and_kill(const std::string& mode, const fs::path& work, std::chrono::microseconds delay) {
+  const pid_t pid = start_helper(mode, work);
   std::this_thread::sleep_for(delay);
   const bool killed = ::kill(pid, SIGKILL) == 0;
   int status = 0;
@@ -98,4 +104,26 @@ TEST_CASE("SIGKILL during step() or save() leaves a checkpoint that resumes bit-
     }
     CHECK(furthest > 0);  // the kills landed mid-training, not only before the first step
   }
+}
+
+TEST_CASE("a tier directory in use by another process is refused with its pid; killing the holder frees it") {
+  const fs::path work = fs::temp_directory_path() / fmt::format("strata-owner-{}", ::getpid());
+  fs::remove_all(work);
+  fs::create_directories(work);
+  const pid_t pid = start_helper("step", work);  // trains on work/tier until killed
+  strata::file_tier_options fo;
+  fo.directory = work / "tier";
+  fo.name = "intruder";
+  try {
+    strata::file_tier t(fo);
+    FAIL("a second process opened a tier directory in use");
+  } catch (const strata::busy_error& e) {
+    CHECK(e.holder_pid() == pid);
+    CHECK(std::string(e.what()).find(fmt::format("pid {}", pid)) != std::string::npos);
+  }
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK_NOTHROW(strata::file_tier{fo});  // the lock died with its holder
+  fs::remove_all(work);
 }

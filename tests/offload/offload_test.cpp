@@ -165,7 +165,7 @@ TEST_CASE("bad input gets a typed error naming the value, and leaves the state a
   CHECK(message_of([&] { opt.step(std::span<const float>(short_g)); }).find("got 99 gradients for 100") !=
         std::string::npos);
   CHECK_THROWS_AS(opt.step(std::span<const float>(short_g)), strata::config_error);
-  for (const double lr : {0.0, -1e-3, std::nan(""), std::numeric_limits<double>::infinity()}) {
+  for (const double lr : {-1e-3, std::nan(""), std::numeric_limits<double>::infinity()}) {  // (0 is a step)
     CAPTURE(lr);
     CHECK_THROWS_AS(opt.step(std::span<const float>(g), lr), strata::config_error);
   }

@@ -166,17 +166,33 @@ TEST_CASE("fault rules fire after n requests, k times, or at a seeded random rat
   CHECK(fired < 64);
 }
 
-TEST_CASE("checksummed tiers refuse writes that would split a checksum block") {
+TEST_CASE("checksummed tiers complete writes that cut checksum blocks with the verified bytes around them") {
   temp_dir dir;
-  strata::checksummed<strata::file_tier> t(strata::checksum_options{.block_bytes = 4096},
-                                           file_opts(dir.path(), strata::io_backend::automatic, strata::unlimited_capacity));
-  t.write("o", 0, random_bytes(3 * 4096, 1)).get();
-  CHECK_THROWS_WITH_AS(t.write("o", 100, random_bytes(10, 2)).get(), doctest::Contains("checksum block"),
-                       strata::config_error);
-  CHECK_THROWS_AS(t.write("o", 4096, random_bytes(100, 3)).get(), strata::config_error);  // would cut block 1
-  CHECK_THROWS_AS(t.write("o", 8192, random_bytes(100, 4)).get(), strata::config_error);  // would cut block 2
-  CHECK_NOTHROW(t.write("o", 8192, random_bytes(4096, 4)).get());  // a whole block
-  CHECK_NOTHROW(t.write("o", 3 * 4096, random_bytes(5000, 5)).get());  // appending
+  strata::checksummed<strata::faulty<strata::file_tier>> t(
+      strata::checksum_options{.block_bytes = 4096},
+      file_opts(dir.path(), strata::io_backend::automatic, strata::unlimited_capacity));
+  auto expect = random_bytes(3 * 4096, 1);
+  t.write("o", 0, expect).get();
+  const auto put = [&](std::uint64_t off, std::vector<std::byte> piece) {
+    t.write("o", off, piece).get();
+    if (expect.size() < off + piece.size()) expect.resize(off + piece.size(), std::byte{0});
+    std::copy(piece.begin(), piece.end(), expect.begin() + static_cast<std::ptrdiff_t>(off));
+    std::vector<std::byte> back(expect.size());
+    t.read("o", 0, back).get();  // verified against the checksums of the completed blocks
+    CHECK(back == expect);
+  };
+  put(100, random_bytes(10, 2));          // inside block 0
+  put(4000, random_bytes(300, 3));        // across blocks 0 and 1
+  put(8192, random_bytes(100, 4));        // the start of block 2
+  put(3 * 4096 + 50, random_bytes(5000, 5));  // past the end: a zero gap, then new blocks
+  put(7, random_bytes(3 * 4096, 6));      // many blocks, unaligned at both ends
+  // The bytes around a cut write are verified before they are merged: a damaged neighbour is
+  // an integrity_error, and nothing is written.
+  t.inner().inject({.kind = strata::fault_kind::bit_flip, .op = strata::fault_op::read, .object = "o"});
+  CHECK_THROWS_AS(t.write("o", 4196, random_bytes(10, 7)).get(), strata::integrity_error);
+  std::vector<std::byte> back(expect.size());
+  t.read("o", 0, back).get();
+  CHECK(back == expect);
 }
 
 TEST_CASE("checksums export and restore, so a reopened tier verifies what an earlier run wrote") {
@@ -211,8 +227,10 @@ TEST_CASE("checksums export and restore, so a reopened tier verifies what an ear
   }
   CHECK_THROWS_AS(b.set_checksums("x", {10, 8192, {1, 2}}), strata::config_error);  // wrong block size
 
+  auto shared = opts;
+  shared.lock_directory = false;  // reads what `b` wrote, in b's directory, while b lives: on purpose
   strata::checksummed<strata::file_tier> lax(strata::checksum_options{.block_bytes = 4096, .require_checksums = false},
-                                             opts);
+                                             shared);
   lax.read("sg-7", 0, out).get();  // unverified by request
 }
 

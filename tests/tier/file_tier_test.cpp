@@ -382,11 +382,13 @@ TEST_CASE("a device too full for a growing write is a capacity_error before any 
   temp_dir dir;
   auto o = file_opts(dir.path(), strata::io_backend::automatic, strata::unlimited_capacity, "full");
   o.syscalls.fallocate = full::fallocate;
-  strata::file_tier t(o);
-  CHECK_THROWS_WITH_AS(t.write("big", 0, random_bytes(10000, 1)).get(), doctest::Contains("fallocate"),
-                       strata::capacity_error);
-  CHECK(t.size("big").value_or(0) == 0);
-  CHECK(t.used() == 0);
+  {
+    strata::file_tier t(o);
+    CHECK_THROWS_WITH_AS(t.write("big", 0, random_bytes(10000, 1)).get(), doctest::Contains("fallocate"),
+                         strata::capacity_error);
+    CHECK(t.size("big").value_or(0) == 0);
+    CHECK(t.used() == 0);
+  }  // (one tier per directory at a time)
   struct unsupported {
     static int fallocate(int, int, off_t, off_t) {
       errno = EOPNOTSUPP;

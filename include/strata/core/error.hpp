@@ -29,6 +29,18 @@ class config_error : public error {
   using error::error;
 };
 
+/// A resource (a tier directory, an object prefix) is owned by someone else: another process
+/// (its pid, when known) or another object of this one.
+class busy_error : public error {
+ public:
+  explicit busy_error(const std::string& what, long holder_pid = 0) : error(what), pid_(holder_pid) {}
+  /// The process holding it (0: unknown, or this process).
+  [[nodiscard]] long holder_pid() const noexcept { return pid_; }
+
+ private:
+  long pid_;
+};
+
 /// A budget or a device is full: host memory budget exceeded, ENOSPC/EDQUOT on a tier.
 /// Carries the bytes asked for and the bytes available when the caller knows them (else 0).
 class capacity_error : public error {

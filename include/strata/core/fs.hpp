@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 #include <utility>
 
 #include "strata/core/error.hpp"
@@ -102,5 +103,41 @@ inline void write_file_atomic(const std::filesystem::path& path, std::string_vie
     if (::fsync(dfd.get()) != 0) throw io_error("fsync", dir, errno);
   }
 }
+
+/// Directories a tool created, so that it can remove exactly those afterwards: create(dir)
+/// makes `dir` and its missing parents and remembers which of them did not exist before;
+/// remove_empty() removes them, deepest first, each only if it is empty by then (never a file,
+/// never a directory that was already there). Not thread-safe.
+class created_directories {
+ public:
+  /// Creates `dir` (and missing parents); io_error naming it on failure.
+  void create(const std::filesystem::path& dir) {
+    std::vector<std::filesystem::path> missing;
+    std::error_code ec;
+    for (auto p = std::filesystem::absolute(dir, ec).lexically_normal(); !p.empty() && !std::filesystem::exists(p, ec);
+         p = p.parent_path()) {
+      missing.push_back(p);
+      if (p == p.parent_path()) break;
+    }
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw io_error("mkdir", dir, ec.value());
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) created_.push_back(*it);
+  }
+  /// Removes the created directories that are empty now, deepest first; returns how many.
+  std::size_t remove_empty() noexcept {
+    std::size_t n = 0;
+    for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
+      std::error_code ec;
+      n += std::filesystem::remove(*it, ec) ? 1 : 0;  // fails (and keeps it) when not empty
+    }
+    created_.clear();
+    return n;
+  }
+  /// The directories created, parents first.
+  [[nodiscard]] const std::vector<std::filesystem::path>& paths() const noexcept { return created_; }
+
+ private:
+  std::vector<std::filesystem::path> created_;
+};
 
 }  // namespace strata

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -86,9 +88,32 @@ inline void pwrite_all(int fd, std::span<const std::byte> src, std::uint64_t off
   return checkpoint_manifest::parse(detail::read_small_file(path), path.string());
 }
 
+namespace detail {
+
+/// Whether `name` has the form of a data file write_checkpoint creates (state-<step>-<16 hex>.bin).
+[[nodiscard]] inline bool is_checkpoint_data_name(std::string_view name) {
+  constexpr std::string_view head = "state-", tail = ".bin";
+  if (name.size() < head.size() + 1 + 1 + 16 + tail.size() || !name.starts_with(head) || !name.ends_with(tail))
+    return false;
+  const std::string_view mid = name.substr(head.size(), name.size() - head.size() - tail.size());
+  const auto dash = mid.find('-');
+  if (dash == 0 || dash == std::string_view::npos || mid.size() - dash - 1 != 16) return false;
+  const auto all = [](std::string_view v, auto pred) { return std::all_of(v.begin(), v.end(), pred); };
+  return all(mid.substr(0, dash), [](char c) { return c >= '0' && c <= '9'; }) &&
+         all(mid.substr(dash + 1), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+/// The file naming the data files of saves in progress (read by the next save).
+inline constexpr std::string_view checkpoint_journal = "manifest.pending";
+
+}  // namespace detail
+
 /// Writes a checkpoint into `dir` (created if missing): `m` gives step, layout and options;
 /// `visit(fn)` must call fn(s, std::span<const std::byte> state) for every subgroup s in order.
-/// Data files of earlier checkpoints are removed once the new manifest is durable.
+/// Once the new manifest is durable, the data file of the checkpoint it replaces and those of
+/// saves that were killed are removed, and nothing else: every data file is named in a journal
+/// (manifest.pending) before it is created, so only files this function created are ever
+/// removed, whatever else the directory holds.
 template <class Visit>
 void write_checkpoint(const std::filesystem::path& dir, checkpoint_manifest m, std::size_t subgroups, Visit&& visit) {
   std::error_code ec;
@@ -97,6 +122,27 @@ void write_checkpoint(const std::filesystem::path& dir, checkpoint_manifest m, s
   std::random_device rd;
   m.data_file = fmt::format("state-{}-{:08x}{:08x}.bin", m.step, rd(), rd());
   const auto data_path = dir / m.data_file;
+  // What this save may remove afterwards: the replaced checkpoint's data file, and data files of
+  // saves that never published their manifest (journaled; only names of our own form count).
+  std::vector<std::string> ours;
+  try {
+    ours.push_back(read_checkpoint_manifest(dir).data_file);
+  } catch (const error&) {  // none, or unreadable: nothing of it is touched
+  }
+  const auto journal = dir / detail::checkpoint_journal;
+  if (std::filesystem::exists(journal, ec)) {
+    const std::string text = detail::read_small_file(journal);
+    for (std::size_t pos = 0; pos < text.size();) {
+      const auto nl = std::min(text.find('\n', pos), text.size());
+      if (const auto name = text.substr(pos, nl - pos); detail::is_checkpoint_data_name(name)) ours.push_back(name);
+      pos = nl + 1;
+    }
+  }
+  {
+    std::string text;
+    for (const auto& n : ours) text += n + "\n";
+    write_file_atomic(journal, text + m.data_file + "\n", durability::fsync);
+  }
   {
     auto fd = open_file(data_path, O_WRONLY | O_CREAT | O_TRUNC);
     try {
@@ -122,11 +168,10 @@ void write_checkpoint(const std::filesystem::path& dir, checkpoint_manifest m, s
     }
   }
   write_file_atomic(dir / "manifest", m.to_text(), durability::fsync);
-  // The new checkpoint is durable: older data files (and leftovers of killed saves) can go.
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const auto name = entry.path().filename().string();
-    if (name.rfind("state-", 0) == 0 && name != m.data_file) std::filesystem::remove(entry.path(), ec);
-  }
+  // The new checkpoint is durable: the one it replaced and leftovers of killed saves can go.
+  for (const auto& name : ours)
+    if (name != m.data_file && detail::is_checkpoint_data_name(name)) std::filesystem::remove(dir / name, ec);
+  std::filesystem::remove(journal, ec);
 }
 
 /// Reads the subgroups of a checkpoint back, each verified against its checksum.

@@ -59,7 +59,7 @@ struct checkpoint_manifest {
     std::string body = fmt::format("{}\nstep {}\nparams {}\nsubgroup_elems {}\nsections {}\n", magic, step, params,
                                    subgroup_elems, sections);
     body += fmt::format("lr {:a}\nbeta1 {:a}\nbeta2 {:a}\neps {:a}\nweight_decay {:a}\n", options.lr, options.beta1,
-                        options.beta2, options.eps, options.weight_decay);
+                        options.beta2, options.eps, options.decay());
     body += fmt::format("decoupled {}\namsgrad {}\nmaximize {}\n", int(options.decoupled), int(options.amsgrad),
                         int(options.maximize));
     body += fmt::format("loss_scaling {}\nloss_scale {:a}\ngrowth_tracker {}\n", int(loss_scaling),

@@ -2,8 +2,9 @@
 /// gradient_intake: where offloaded_adamw keeps the gradients that backward hands over before the
 /// step (accept_gradients), with host residency: in host memory, in the type they arrive in
 /// (16-bit stays 16-bit: MLP-Offload's delayed conversion), in one store of every parameter
-/// charged to the optimizer's host budget on first use. It counts what each subgroup received,
-/// so a step can refuse to run on gradients that did not all arrive.
+/// charged to the optimizer's host budget on first use. It keeps the exact ranges each subgroup
+/// received this step, so a range handed over twice is refused (config_error) and a step can
+/// refuse to run on gradients that did not all arrive: none is ever stale or counted twice.
 ///
 /// With norm tracking on (gradient clipping or loss scaling), it also sums each subgroup's
 /// squared gradients (unscaled) as they arrive, so the global norm is known when backward ends:
@@ -16,11 +17,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
@@ -47,7 +53,7 @@ class gradient_intake {
  public:
   /// `budget` must outlive the intake.
   gradient_intake(const offload_layout& layout, host_budget& budget)
-      : layout_(layout), budget_(&budget), received_(layout.subgroups(), 0) {}
+      : layout_(layout), budget_(&budget), received_(layout.subgroups(), 0), ranges_(layout.subgroups()) {}
 
   /// Turns norm tracking on: gradients are multiplied by `grad_scale` (the inverse loss scale)
   /// before they are squared, and summed on `pool` (may be null). Call between steps.
@@ -60,17 +66,17 @@ class gradient_intake {
   /// The subgroups' gradient sums of this step (complete subgroups only).
   [[nodiscard]] const grad_norm_accumulator& norms() const noexcept { return norms_; }
 
-  /// Checks that [first, first + n) lies in the parameters and adds no more to any subgroup than
-  /// it has left to receive this step (config_error naming the range or the subgroup).
+  /// Checks that [first, first + n) lies in the parameters and overlaps nothing received this
+  /// step (config_error naming the range, the subgroup and the range it overlaps).
   void check(std::size_t first, std::size_t n) const {
     STRATA_EXPECTS(first <= layout_.params && n <= layout_.params - first, config_error,
                    "offloaded_adamw::accept_gradients: range [{}, {}) passes the {} parameters", first, first + n,
                    layout_.params);
     for_each_piece(first, n, [&](std::size_t s, std::size_t lo, std::size_t hi) {
-      STRATA_EXPECTS(received_[s] + (hi - lo) <= layout_.length(s), config_error,
-                     "offloaded_adamw::accept_gradients: subgroup {} received more than its {} gradients this step "
-                     "(overlapping ranges?)",
-                     s, layout_.length(s));
+      if (const auto seen = overlap(s, lo, hi))
+        throw config_error(fmt::format("offloaded_adamw::accept_gradients: range [{}, {}) of subgroup {} overlaps "
+                                       "[{}, {}), received earlier this step (each gradient is handed over once)",
+                                       lo, hi, s, seen->first, seen->second));
       const std::size_t off = lo - layout_.begin(s);
       STRATA_EXPECTS(!tracking_ || !layout_.tier_gradients ||
                          (off % grad_norm_block == 0 && ((hi - lo) % grad_norm_block == 0 || hi == layout_.begin(s) + layout_.length(s))),
@@ -136,9 +142,24 @@ class gradient_intake {
     }
   }
 
-  /// Records that [first, first + n) arrived (store calls it; tier residency calls it itself).
+  /// Records that [first, first + n) arrived (check first; store calls it, tier residency calls
+  /// it itself). Adjacent ranges are merged: in-order pieces keep one range per subgroup.
   void count(std::size_t first, std::size_t n) {
-    for_each_piece(first, n, [&](std::size_t s, std::size_t lo, std::size_t hi) { received_[s] += hi - lo; });
+    for_each_piece(first, n, [&](std::size_t s, std::size_t lo, std::size_t hi) {
+      if (hi == lo) return;
+      received_[s] += hi - lo;  // check() refused overlaps, so pieces add up exactly
+      auto& r = ranges_[s];
+      auto next = r.lower_bound(lo);
+      if (next != r.end() && next->first == hi) {  // joins the range after it
+        hi = next->second;
+        next = r.erase(next);
+      }
+      if (next != r.begin() && std::prev(next)->second == lo) {  // extends the range before it
+        std::prev(next)->second = hi;
+        return;
+      }
+      r.emplace(lo, hi);
+    });
   }
 
   /// Gradients subgroup `s` received this step.
@@ -147,6 +168,7 @@ class gradient_intake {
   /// A new step begins: nothing received, nothing summed.
   void reset() {
     std::fill(received_.begin(), received_.end(), std::size_t{0});
+    for (auto& r : ranges_) r.clear();
     norms_.reset();
     blocks_.clear();
   }
@@ -173,6 +195,7 @@ class gradient_intake {
   budgeted_allocation store_;
   grad_kind kind_ = grad_kind::f32;
   std::vector<std::size_t> received_;
+  std::vector<std::map<std::size_t, std::size_t>> ranges_;  // per subgroup: received [lo, hi), disjoint, merged
   bool tracking_ = false;
   float norm_scale_ = 1.0f;
   thread_pool* pool_ = nullptr;
@@ -180,6 +203,16 @@ class gradient_intake {
   std::map<std::size_t, std::vector<double>> blocks_;  // tier residency: block sums of incomplete subgroups
 
   [[nodiscard]] bool summed(std::size_t s) const { return norms_.contains(s); }
+  /// A range of subgroup `s` received this step that [lo, hi) overlaps, if any.
+  [[nodiscard]] std::optional<std::pair<std::size_t, std::size_t>> overlap(std::size_t s, std::size_t lo,
+                                                                           std::size_t hi) const {
+    if (hi == lo) return std::nullopt;
+    const auto& r = ranges_[s];
+    auto it = r.upper_bound(lo);  // the first range starting after lo
+    if (it != r.begin() && std::prev(it)->second > lo) return *std::prev(it);
+    if (it != r.end() && it->first < hi) return *it;
+    return std::nullopt;
+  }
 };
 
 }  // namespace strata

@@ -29,6 +29,7 @@
 #include "strata/policy/placement.hpp"
 #include "strata/sync/node_limiter.hpp"
 #include "strata/tier/any_tier.hpp"
+#include "strata/tier/checksummed.hpp"
 #include "strata/tier/file_tier.hpp"
 #include "strata/tier/host_tier.hpp"
 #include "strata/tier/limited.hpp"
@@ -58,6 +59,13 @@ struct offloaded_adamw_config {
   std::size_t node_limiter_permits = 1;
   std::filesystem::path node_limiter_dir{};  ///< empty: default_node_limiter_dir()
   tracer* trace = nullptr;
+  /// Verify every byte read back from a path against an XXH3-64 checksum per block taken when it
+  /// was written (checksummed<>), so a damaged state file is an integrity_error, never a wrong
+  /// weight. On by default; off saves the hashing (see BENCHMARKS.md for its cost).
+  bool verify_integrity = true;
+  /// Checksum block of verify_integrity. Tier gradients (zero_infinity) handed over in pieces
+  /// that cut these blocks cost a read-back of the cut blocks (whole subgroups never do).
+  std::uint64_t integrity_block_bytes = 64 * 1024;
 };
 
 /// A run-time configured offloaded_adamw (see offloaded_adamw for each member's contract).
@@ -81,6 +89,8 @@ class any_offloaded_adamw {
   virtual void read_moments(std::span<float> m, std::span<float> v) = 0;
   virtual void save(const std::filesystem::path& dir) = 0;
   virtual void flush() = 0;
+  /// Removes the tier objects the optimizer created (see offloaded_adamw::remove_state).
+  virtual std::size_t remove_state() = 0;
   [[nodiscard]] virtual std::uint64_t step_count() const = 0;
   /// What to multiply the loss by before backward (offload.loss_scaling; 1 when off).
   [[nodiscard]] virtual float loss_scale() const = 0;
@@ -91,6 +101,15 @@ class any_offloaded_adamw {
 };
 
 namespace detail {
+
+inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, node_limiter* limiter);
+
+/// A path of the config, under checksummed<> when the config verifies integrity.
+inline any_tier make_verified_path(const offloaded_adamw_config& c, std::size_t index, node_limiter* limiter) {
+  any_tier path = make_offload_path(c.paths[index], index, limiter);
+  if (!c.verify_integrity) return path;
+  return any_tier::make<checksummed<any_tier>>(checksum_options{.block_bytes = c.integrity_block_bytes}, std::move(path));
+}
 
 inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, node_limiter* limiter) {
   const bool throttle = p.read_cap > 0 || p.write_cap > 0;
@@ -164,6 +183,7 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   void read_moments(std::span<float> m, std::span<float> v) override { opt_->read_moments(m, v); }
   void save(const std::filesystem::path& dir) override { opt_->save(dir); }
   void flush() override { opt_->flush(); }
+  std::size_t remove_state() override { return opt_ ? opt_->remove_state() : 0; }
   [[nodiscard]] std::uint64_t step_count() const override { return opt_->step_count(); }
   [[nodiscard]] float loss_scale() const override { return opt_->loss_scale(); }
   [[nodiscard]] offload_stats stats() const override { return opt_->stats(); }
@@ -180,7 +200,7 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   }
   static std::vector<any_tier> make_paths(const offloaded_adamw_config& c, node_limiter* limiter) {
     std::vector<any_tier> v;
-    for (std::size_t i = 0; i < c.paths.size(); ++i) v.push_back(make_offload_path(c.paths[i], i, limiter));
+    for (std::size_t i = 0; i < c.paths.size(); ++i) v.push_back(make_verified_path(c, i, limiter));
     return v;
   }
 

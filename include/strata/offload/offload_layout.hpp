@@ -25,6 +25,9 @@
 namespace strata {
 
 struct offload_layout {
+  /// The most parameters a layout takes (2^58).
+  static constexpr std::size_t max_params = std::size_t{1} << 58;
+
   std::size_t params = 0;
   std::size_t subgroup_elems = 1;
   std::size_t sections = 3;  ///< fp32 arrays per parameter: 3, or 4 with amsgrad
@@ -34,6 +37,11 @@ struct offload_layout {
   [[nodiscard]] static offload_layout of(std::size_t params, const adamw_options& a, const offload_options& o) {
     o.validate();
     STRATA_EXPECTS(params > 0, config_error, "offload_layout: no parameters");
+    // Byte counts of the state (at most 20 bytes a parameter with fp32 gradients) fit in 64 bits
+    // and a subgroup count in memory: refused before anything is sized or allocated.
+    STRATA_EXPECTS(params <= max_params, config_error,
+                   "offload_layout: {} parameters is more than the {} (2^58) whose state sizes fit in 64 bits", params,
+                   max_params);
     return {params, o.subgroup_elems, a.amsgrad ? std::size_t{4} : std::size_t{3},
             o.gradients == gradient_residency::tier};
   }
@@ -63,6 +71,11 @@ struct offload_layout {
   [[nodiscard]] std::size_t cache_slots(std::uint64_t bytes) const noexcept {
     return static_cast<std::size_t>(std::min<std::uint64_t>(bytes / slot_footprint(), subgroups()));
   }
+  /// Slots of the cache `o` asks for: cache_subgroups when set (capped at the subgroup count),
+  /// else the whole slots of host_cache_bytes.
+  [[nodiscard]] std::size_t cache_slots(const offload_options& o) const noexcept {
+    return o.cache_subgroups ? std::min(*o.cache_subgroups, subgroups()) : cache_slots(o.host_cache_bytes);
+  }
   /// Bytes of a cache of `k` subgroups (what to pass as host_cache_bytes).
   [[nodiscard]] std::uint64_t cache_bytes(std::size_t k) const noexcept { return k * slot_footprint(); }
 
@@ -84,7 +97,7 @@ struct offload_layout {
   /// Host slots of a pipeline with these options (cache, read-ahead, writes, the one updating),
   /// plus a landing slot per device update in flight when `device` is true.
   [[nodiscard]] std::size_t host_slots(const offload_options& o, bool device) const noexcept {
-    return cache_slots(o.host_cache_bytes) + o.prefetch_depth + o.write_behind_depth + 1 + (device ? o.device_depth : 0);
+    return cache_slots(o) + o.prefetch_depth + o.write_behind_depth + 1 + (device ? o.device_depth : 0);
   }
   /// Host memory of the pipeline and cache (the budget must also cover the gradient store of
   /// accept_gradients: params x the gradient size, with host residency).

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,9 @@ struct offload_options {
   std::size_t subgroup_elems = std::size_t{1} << 24;
   /// Host memory for subgroups kept between updates (whole subgroup slots; the remainder is unused).
   std::uint64_t host_cache_bytes = 0;
+  /// Subgroups kept between updates, when set: replaces host_cache_bytes (whose slots are page
+  /// rounded, so a byte count computed without that rounding silently holds one slot fewer).
+  std::optional<std::size_t> cache_subgroups{};
   /// Every byte of host memory the optimizer allocates (cache, pipeline slots, gradient store)
   /// must fit in this; a budget too small for the pipeline is a config_error at construction.
   std::uint64_t host_memory_budget = unlimited_capacity;

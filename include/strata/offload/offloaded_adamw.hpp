@@ -95,6 +95,7 @@
 #include "strata/offload/offload_layout.hpp"
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offload_stats.hpp"
+#include "strata/offload/prefix_claim.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
 #include "strata/optim/grad_norm.hpp"
@@ -135,6 +136,7 @@ class offloaded_adamw {
     requires std::default_initializable<Exec>
       : offloaded_adamw(tier, nullptr, params.size(), options, std::move(offload), std::move(order), std::move(evict),
                         Site{}, trace) {
+    check_tier_room();
     initialize_from(params);
   }
 
@@ -144,6 +146,7 @@ class offloaded_adamw {
                   tracer* trace = nullptr)
       : offloaded_adamw(tier, &exec, params.size(), options, std::move(offload), std::move(order), std::move(evict),
                         std::move(site), trace) {
+    check_tier_room();
     initialize_from(params);
   }
 
@@ -333,7 +336,27 @@ class offloaded_adamw {
 
   /// Writes every cached (dirty) subgroup to the tier and flushes the tier: the tier then holds
   /// the whole current state durably.
-  void flush() { s_->pipeline.flush(); }
+  void flush() {
+    check_state("flush");
+    s_->pipeline.flush();
+  }
+
+  /// Removes every tier object this optimizer created (each subgroup's state object and, with
+  /// gradients on the tier, its gradient object) and forgets what the host cache held; other
+  /// objects and saved checkpoints stay. Afterwards the optimizer takes no step, flush, save or
+  /// read (config_error): destroy it. Without this call an optimizer's objects outlive it on the
+  /// tier (on purpose: flush() then load from a checkpoint, or reuse them). Returns how many
+  /// objects were removed.
+  std::size_t remove_state() {
+    check_state("remove_state");
+    removed_ = true;
+    std::size_t n = 0;
+    for (std::size_t s = 0; s < layout_.subgroups(); ++s) {
+      n += tier_->remove(object_name(s)) ? 1 : 0;
+      if (layout_.tier_gradients) n += tier_->remove(offload_layout::gradient_name(offload_.object_prefix, s)) ? 1 : 0;
+    }
+    return n;
+  }
 
   /// Writes a consistent checkpoint of the state (after the last completed step) into `dir`
   /// (created if missing): one data file, fsync'ed, then the manifest published atomically
@@ -341,6 +364,7 @@ class offloaded_adamw {
   /// loadable. Data files of earlier checkpoints are removed once the new manifest is durable.
   /// Throws config_error during a failed step (finish it first), io_error on file errors.
   void save(const std::filesystem::path& dir) {
+    check_state("save");
     STRATA_EXPECTS(!partial_, config_error,
                    "offloaded_adamw::save: step {} failed part-way; retry it before saving", step_count_ + 1);
     trace_span span(tracer_, "offload.save");
@@ -426,7 +450,7 @@ class offloaded_adamw {
     Exec& exec_of(Exec* given) { return given != nullptr ? *given : *owned_exec; }
     static pipeline_options pipeline_opts(const offload_layout& layout, const offload_options& off) {
       pipeline_options p;
-      p.cache_slots = layout.cache_slots(off.host_cache_bytes);
+      p.cache_slots = layout.cache_slots(off);
       p.prefetch_depth = off.prefetch_depth;
       p.write_behind_depth = off.write_behind_depth;
       p.device_depth = off.device_depth;
@@ -446,10 +470,11 @@ class offloaded_adamw {
         order_(std::move(order)),
         tracer_(trace),
         layout_(checked_layout(params, options_, offload_)),
-        scaler_(offload_.loss_scaling) {
+        scaler_(offload_.loss_scaling),
+        claim_(&tier, tier.name(), offload_.object_prefix) {
     const bool device = site.uses_device();
     const std::uint64_t slot = layout_.slot_footprint();
-    const std::size_t cache = layout_.cache_slots(offload_.host_cache_bytes);
+    const std::size_t cache = layout_.cache_slots(offload_);
     const std::size_t pipeline = layout_.host_slots(offload_, device) - cache;
     const std::uint64_t needed = layout_.required_host_memory(offload_, device);
     STRATA_EXPECTS(needed <= offload_.host_memory_budget, config_error,
@@ -475,7 +500,7 @@ class offloaded_adamw {
   static offload_layout checked_layout(std::size_t params, adamw_options& options, const offload_options& offload) {
     options.validate();
     STRATA_EXPECTS(params > 0, config_error, "offloaded_adamw: no parameters");
-    return offload_layout::of(params, options, offload);
+    return offload_layout::of(params, options, offload);  // (refuses counts whose sizes overflow)
   }
 
   static offloaded_adamw load_impl(const std::filesystem::path& dir, Tier& tier, Exec* exec, offload_options offload,
@@ -489,7 +514,8 @@ class offloaded_adamw {
                         std::move(evict), std::move(site), trace);
     const checkpoint_reader reader(dir, m, opt.layout_.subgroups(),
                                    [&](std::size_t s) { return opt.layout_.state_bytes(s); });
-    opt.s_->pipeline.initialize([&](std::size_t s, std::span<std::byte> state) { reader.read(s, state); });
+    opt.check_tier_room();
+    opt.write_initial_state([&](std::size_t s, std::span<std::byte> state) { reader.read(s, state); });
     opt.step_count_ = m.step;
     std::fill(opt.version_.begin(), opt.version_.end(), m.step);
     if (m.loss_scaling) opt.scaler_.restore(m.loss_scale, m.growth_tracker);  // a no-op when scaling is off now
@@ -498,11 +524,50 @@ class offloaded_adamw {
   }
 
   void initialize_from(std::span<const float> params) {
-    s_->pipeline.initialize([&](std::size_t s, std::span<std::byte> state) {
+    write_initial_state([&](std::size_t s, std::span<std::byte> state) {
       const std::size_t n = length(s);
       std::memcpy(state.data(), params.data() + begin(s), n * sizeof(float));
       std::memset(state.data() + n * sizeof(float), 0, (layout_.sections - 1) * n * sizeof(float));
     });
+  }
+
+  // Writes every subgroup's first state. When that fails (a full disk, an I/O error), the objects
+  // this construction created are removed again (those that existed before are left), so a
+  // failed construction leaves the tier as it found it, except for overwritten old objects.
+  template <class Fill>
+  void write_initial_state(Fill&& fill) {
+    std::vector<bool> existed(layout_.subgroups());
+    for (std::size_t s = 0; s < layout_.subgroups(); ++s) existed[s] = tier_->size(object_name(s)).has_value();
+    try {
+      s_->pipeline.initialize(std::forward<Fill>(fill));
+    } catch (...) {
+      for (std::size_t s = 0; s < layout_.subgroups(); ++s) {
+        if (existed[s]) continue;
+        try {
+          (void)tier_->remove(object_name(s));
+        } catch (...) {  // the construction's own error is the one to report
+        }
+      }
+      throw;
+    }
+  }
+
+  // The whole state must fit the tier: checked before anything is written, so a disk that cannot
+  // hold it is a capacity_error that says how much is needed, not a failure half-way.
+  void check_tier_room() const {
+    const std::uint64_t cap = tier_->capacity();
+    if (cap == unlimited_capacity) return;
+    std::uint64_t need = 0;
+    for (std::size_t s = 0; s < layout_.subgroups(); ++s)
+      if (!tier_->size(object_name(s))) need += layout_.state_bytes(s) + (layout_.tier_gradients ? length(s) * 4 : 0);
+    const std::uint64_t used = tier_->used();
+    const std::uint64_t room = cap > used ? cap - used : 0;
+    if (need > room)
+      throw capacity_error(fmt::format("offloaded_adamw: the optimizer state of {} parameters needs {} on tier '{}', "
+                                       "which has {} free ({} of {} in use)",
+                                       layout_.params, format_size(need), tier_->name(), format_size(room),
+                                       format_size(used), format_size(cap)),
+                           need, room);
   }
 
   // Whether the gradients are summed before a step (clipping or loss scaling needs the norm).
@@ -556,8 +621,10 @@ class offloaded_adamw {
 
 
   void check_lr(double lr) const {
-    STRATA_EXPECTS(std::isfinite(lr) && lr > 0, config_error,
-                   "offloaded_adamw::step: learning rate {} must be positive and finite", lr);
+    check_state("step");
+    // 0 is allowed, as in PyTorch: warm-up schedules start there (the moments still advance).
+    STRATA_EXPECTS(std::isfinite(lr) && lr >= 0, config_error,
+                   "offloaded_adamw::step: learning rate {} must be finite and not negative", lr);
     STRATA_EXPECTS(!partial_ || lr == partial_lr_, config_error,
                    "offloaded_adamw::step: retrying step {} with lr {}, but it began with lr {}", step_count_ + 1, lr,
                    partial_lr_);
@@ -579,8 +646,13 @@ class offloaded_adamw {
     };
   }
 
+  void check_state(std::string_view what) const {
+    STRATA_EXPECTS(!removed_, config_error, "offloaded_adamw::{}: the state was removed (remove_state)", what);
+  }
+
   template <class F>
   void visit_arrays(F&& fn) {
+    check_state("read");
     s_->pipeline.visit([&](std::size_t s, std::span<const std::byte> state) {
       fn(s, reinterpret_cast<const float*>(state.data()));
     });
@@ -709,11 +781,13 @@ class offloaded_adamw {
   tracer* tracer_;
   offload_layout layout_;
   dynamic_loss_scaler scaler_;
+  prefix_claim claim_;        // no other optimizer of this process uses our objects of this tier
   step_decision decision_{};  // of the step in progress (kept when it fails part-way)
   std::unique_ptr<parts> s_;
   std::vector<std::uint64_t> version_;  // steps applied to each subgroup
   std::uint64_t step_count_ = 0;
   bool partial_ = false;
+  bool removed_ = false;  // remove_state() ran
   double partial_lr_ = 0;
   offload_stats totals_;
 };

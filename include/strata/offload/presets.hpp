@@ -33,6 +33,7 @@
 #include "strata/policy/sweep_aware.hpp"
 #include "strata/policy/update_order.hpp"
 #include "strata/sync/node_limiter.hpp"
+#include "strata/tier/checksummed.hpp"
 #include "strata/tier/limited.hpp"
 #include "strata/tier/multipath.hpp"
 
@@ -97,8 +98,10 @@ struct strata_preset {
   using order = alternating;
   template <tier Tier>
   using optimizer = offloaded_adamw<Tier, eviction, order>;
+  /// Each path under checksummed<> (1 MiB blocks, checksums in memory): a damaged byte on a path
+  /// is an integrity_error, never a wrong weight. Built from one argument per path as before.
   template <tier... Paths>
-  using paths = multipath<bandwidth_proportional, Paths...>;
+  using paths = multipath<bandwidth_proportional, checksummed<Paths>...>;
   [[nodiscard]] static bandwidth_proportional placement() { return {}; }
 
   /// Prefetch and write-behind 4 deep; the cache takes what the budget leaves (no cache with an

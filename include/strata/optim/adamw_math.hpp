@@ -27,6 +27,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "strata/core/config.hpp"
@@ -42,10 +43,16 @@ struct adamw_options {
   double beta1 = 0.9;          ///< first-moment decay
   double beta2 = 0.999;        ///< second-moment decay
   double eps = 1e-8;           ///< added to the denominator
-  double weight_decay = 1e-2;  ///< decay coefficient; 0 disables decay
+  /// Decay coefficient; 0 disables decay. Unset: PyTorch's default for the mode, 1e-2 for AdamW
+  /// (torch.optim.AdamW) and 0 for Adam (torch.optim.Adam), so turning `decoupled` off never
+  /// brings in an L2 term nobody asked for.
+  std::optional<double> weight_decay{};
   bool decoupled = true;       ///< true: AdamW (p *= 1 - lr*wd); false: Adam (L2, g += wd*p)
   bool amsgrad = false;        ///< keep the running maximum of v and normalize by it
   bool maximize = false;       ///< ascend instead of descend (the gradient is negated)
+
+  /// The decay coefficient in effect (weight_decay, or the mode's default).
+  [[nodiscard]] constexpr double decay() const noexcept { return weight_decay ? *weight_decay : decoupled ? 1e-2 : 0.0; }
 
   /// Throws config_error naming the first value PyTorch would also reject.
   void validate() const {
@@ -53,8 +60,8 @@ struct adamw_options {
     STRATA_EXPECTS(beta1 >= 0 && beta1 < 1, config_error, "adamw_options: invalid beta1 {} (need 0 <= beta1 < 1)", beta1);
     STRATA_EXPECTS(beta2 >= 0 && beta2 < 1, config_error, "adamw_options: invalid beta2 {} (need 0 <= beta2 < 1)", beta2);
     STRATA_EXPECTS(std::isfinite(eps) && eps >= 0, config_error, "adamw_options: invalid eps {}", eps);
-    STRATA_EXPECTS(std::isfinite(weight_decay) && weight_decay >= 0, config_error,
-                   "adamw_options: invalid weight_decay {}", weight_decay);
+    STRATA_EXPECTS(std::isfinite(decay()) && decay() >= 0, config_error, "adamw_options: invalid weight_decay {}",
+                   decay());
   }
 };
 
@@ -99,9 +106,10 @@ struct adamw_step_params {
   adamw_step_params k;
   k.grad_scale = static_cast<float>(o.maximize ? -grad_scale : grad_scale);
   k.clip = static_cast<float>(clip);
-  k.l2 = !o.decoupled && o.weight_decay != 0;
-  k.weight_decay = static_cast<float>(o.weight_decay);
-  k.decay_factor = o.decoupled && o.weight_decay != 0 ? static_cast<float>(1.0 - lr * o.weight_decay) : 1.0f;
+  const double wd = o.decay();
+  k.l2 = !o.decoupled && wd != 0;
+  k.weight_decay = static_cast<float>(wd);
+  k.decay_factor = o.decoupled && wd != 0 ? static_cast<float>(1.0 - lr * wd) : 1.0f;
   const float w = static_cast<float>(1.0 - o.beta1);
   k.lerp_from_m = std::fabs(w) < 0.5f;
   k.lerp_coeff = k.lerp_from_m ? w : w - 1.0f;

@@ -4,16 +4,19 @@
 /// the object and the offset of the first bad block. Verification runs as each request
 /// completes, on the inner tier's completion thread.
 ///
-/// Writes must start on a block boundary and cover whole blocks, except that the last block of
-/// the object may be short: that is how objects (a subgroup's state) are written, and it keeps
-/// every block's checksum computable from the caller's bytes alone. Reads may be any range; an
-/// unaligned one reads the covering blocks into a scratch buffer to verify them.
+/// Writes of whole blocks (the last block of the object may be short: that is how objects, a
+/// subgroup's state, are written) are checksummed from the caller's bytes alone. A write that
+/// cuts blocks (gradients handed over in pieces) reads the rest of the cut blocks back first,
+/// verified, and writes the completed blocks: it waits for those reads in the calling thread, so
+/// do not issue one from a completion of the inner tier. Reads may be any range; an unaligned one
+/// reads the covering blocks into a scratch buffer to verify them.
 ///
 /// Checksums live in memory. `checksums(object)` exports them (for a checkpoint manifest) and
 /// `set_checksums` restores them after a restart; an object without checksums fails to read
 /// with integrity_error, unless `require_checksums` is false.
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -23,6 +26,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -68,6 +72,11 @@ class checksummed : public detail::adaptor_base<Inner> {
       : base(std::in_place, std::forward<Args>(inner_args)...), opts_(o) {
     STRATA_EXPECTS(o.block_bytes > 0, config_error, "checksummed: block_bytes must be positive");
   }
+  /// With the default checksum_options, the inner tier constructed from one argument (its
+  /// options, or the tier itself for a reference type): what a multipath path is built from.
+  template <class A>
+    requires(!std::same_as<std::remove_cvref_t<A>, checksum_options> && std::constructible_from<Inner, A &&>)
+  explicit checksummed(A&& inner_arg) : checksummed(checksum_options{}, std::forward<A>(inner_arg)) {}
   checksummed(const checksummed&) = delete;
   checksummed& operator=(const checksummed&) = delete;
   ~checksummed() { inflight_.wait_zero(); }
@@ -77,10 +86,8 @@ class checksummed : public detail::adaptor_base<Inner> {
       const std::uint64_t B = opts_.block_bytes;
       const std::uint64_t end = offset + bytes.size();
       const std::uint64_t old_size = this->inner_.size(object).value_or(0);
-      STRATA_EXPECTS(offset % B == 0 && (bytes.size() % B == 0 || end >= old_size), config_error,
-                     "tier '{}': write of {} bytes at offset {} of object '{}' (size {}) must start on a {}-byte "
-                     "checksum block and cover whole blocks (only the object's last block may be short)",
-                     this->inner_.name(), bytes.size(), offset, object, old_size, B);
+      if (offset % B != 0 || (bytes.size() % B != 0 && end < old_size))
+        return write_merged(object, offset, bytes, old_size);
       std::vector<std::uint64_t> sums;
       sums.reserve((bytes.size() + B - 1) / B);
       for (std::uint64_t pos = 0; pos < bytes.size(); pos += B)
@@ -170,6 +177,39 @@ class checksummed : public detail::adaptor_base<Inner> {
   [[nodiscard]] const checksum_options& options() const noexcept { return opts_; }
 
  private:
+  /// A write that cuts checksum blocks: the cut blocks are completed with the object's bytes
+  /// around it (read back and verified first; zeros past its end) and written whole, so every
+  /// block's checksum covers exactly what is stored. The edge reads are waited for here.
+  io_future write_merged(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes,
+                         std::uint64_t old_size) {
+    const std::uint64_t B = opts_.block_bytes;
+    const std::uint64_t end = offset + bytes.size();
+    const std::uint64_t w0 = offset / B * B;
+    const std::uint64_t w1 = std::min((end + B - 1) / B * B, std::max(end, old_size));
+    auto merged = std::make_shared<std::vector<std::byte>>(w1 - w0, std::byte{0});
+    const auto fill = [&](std::uint64_t from, std::uint64_t to) {  // existing bytes [from, to), verified
+      to = std::min(to, old_size);
+      if (from < to) read(object, from, std::span(*merged).subspan(from - w0, to - from)).get();
+    };
+    fill(w0, offset);
+    fill(end, w1);
+    std::memcpy(merged->data() + (offset - w0), bytes.data(), bytes.size());
+    std::vector<std::uint64_t> sums;
+    for (std::uint64_t pos = 0; pos < merged->size(); pos += B)
+      sums.push_back(checksum64(std::span<const std::byte>(*merged).subspan(pos, std::min<std::uint64_t>(B, merged->size() - pos))));
+    io_promise p;
+    auto out = p.get_future();
+    inflight_.add();
+    auto sp = std::make_shared<io_promise>(std::move(p));
+    this->inner_.write(object, w0, *merged)
+        .on_complete([this, sp, merged, obj = std::string(object), w0, w1, sums = std::move(sums)](std::exception_ptr e) {
+          if (!e) record(obj, w0, w1, sums);
+          sp->complete(e);
+          inflight_.done();
+        });
+    return out;
+  }
+
   std::shared_ptr<const object_checksums> lookup(std::string_view object) const {
     std::lock_guard lock(mutex_);
     const auto it = table_.find(object);

@@ -20,12 +20,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -43,6 +45,7 @@
 #include <fmt/format.h>
 
 #include "strata/core/aligned_buffer.hpp"
+#include "strata/core/directory_lock.hpp"
 #include "strata/core/env.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
@@ -78,6 +81,10 @@ struct file_tier_options {
   unsigned queue_depth = env_integer<unsigned>("STRATA_QUEUE_DEPTH", 32, 1, 4096);
   std::size_t threads = env_integer<std::size_t>("STRATA_IO_THREADS", 4, 1, 256);
   std::uint64_t capacity = unlimited_capacity;  ///< budget; the medium's free space also bounds it
+  /// Own the directory while the tier lives (directory_lock: a second tier on it, in any
+  /// process, is a busy_error naming the holder's pid). Off only for a directory that other
+  /// code coordinates itself.
+  bool lock_directory = true;
   double read_bandwidth = 0;                     ///< declared, bytes/s; 0 = use the measured value
   double write_bandwidth = 0;
   file_syscalls syscalls{};  ///< POSIX engine's syscalls (a test hook)
@@ -102,6 +109,8 @@ class file_tier {
     std::filesystem::create_directories(opts_.directory, ec);
     if (ec) throw io_error("mkdir", opts_.directory, ec.value());
     if (::access(opts_.directory.c_str(), R_OK | W_OK | X_OK) != 0) throw io_error("access", opts_.directory, errno);
+    // Two tiers on one directory (two processes, or two optimizers) would corrupt each other.
+    if (opts_.lock_directory) lock_ = directory_lock(opts_.directory, fmt::format("file_tier '{}'", opts_.name));
     direct_ = opts_.direct && probe_direct_io();
     scan_existing();
     engine_ = make_engine();
@@ -137,9 +146,9 @@ class file_tier {
         used_ += growth;
         dirty_.insert(std::string(object));
       }
-      auto fd = std::make_shared<unique_fd>();
+      std::shared_ptr<unique_fd> fd;
       try {
-        *fd = open_file(path, O_RDWR | O_CREAT | (direct_ ? O_DIRECT : 0));
+        fd = open_counted(path, O_RDWR | O_CREAT | (direct_ ? O_DIRECT : 0));
         if (end > old_size) reserve_space(fd->get(), path, old_size, end);
       } catch (...) {
         settle_size(std::string(object), path, nullptr);
@@ -160,7 +169,7 @@ class file_tier {
       if (!size || offset > *size || dst.size() > *size - offset)
         throw out_of_range_error(opts_.name, object, offset, dst.size(), size);
       const auto path = path_of(object);
-      auto fd = std::make_shared<unique_fd>(open_file(path, O_RDONLY | (direct_ ? O_DIRECT : 0)));
+      auto fd = open_counted(path, O_RDONLY | (direct_ ? O_DIRECT : 0));
       auto req = std::make_shared<request>(this, std::string(object), path, std::move(fd), /*write=*/false, offset,
                                            dst.size(), dst.data(), *size);
       return start(req);
@@ -273,6 +282,49 @@ class file_tier {
 
  private:
   // One read or write: its chunks complete independently; the last one completes the promise.
+  // Descriptors of requests in flight are bounded (half the soft RLIMIT_NOFILE, 64..4096): past
+  // that, a new request waits in write()/read() for one to close, so thousands of small
+  // requests at once queue instead of failing with EMFILE.
+  class fd_slots {
+   public:
+    fd_slots() {
+      struct rlimit r {};
+      const std::uint64_t soft = ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY ? r.rlim_cur : 8192;
+      free_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(soft / 2, 64, 4096));
+    }
+    void acquire() {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return free_ > 0; });
+      --free_;
+    }
+    void release() noexcept {
+      {
+        std::lock_guard lock(mutex_);
+        ++free_;
+      }
+      cv_.notify_one();
+    }
+
+   private:
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::size_t free_ = 0;
+  };
+
+  /// A descriptor of `path` that holds one of the slots until it is closed.
+  std::shared_ptr<unique_fd> open_counted(const std::filesystem::path& path, int flags) {
+    fd_slots_->acquire();
+    try {
+      return std::shared_ptr<unique_fd>(new unique_fd(open_file(path, flags)), [slots = fd_slots_](unique_fd* f) {
+        delete f;
+        slots->release();
+      });
+    } catch (...) {
+      fd_slots_->release();
+      throw;
+    }
+  }
+
   struct request {
     request(file_tier* t, std::string obj, std::filesystem::path p, std::shared_ptr<unique_fd> f, bool w,
             std::uint64_t off, std::uint64_t len, std::byte* b, std::uint64_t size_before)
@@ -555,6 +607,8 @@ class file_tier {
   }
 
   file_tier_options opts_;
+  directory_lock lock_;  // held for the tier's life; released after the engine drained
+  std::shared_ptr<fd_slots> fd_slots_ = std::make_shared<fd_slots>();  // shared with open descriptors
   bool direct_ = true;
   std::atomic<bool> fallocate_supported_{true};
   mutable std::mutex mutex_;

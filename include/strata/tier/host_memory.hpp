@@ -4,6 +4,7 @@
 /// locked in RAM with mlock.
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -45,6 +46,23 @@ struct host_memory_request {
 };
 
 /// The kind a request gets on this machine (pinned needs CUDA and a usable device).
+/// Physical memory of this machine in bytes (0 if the system does not say): what tools compare a
+/// request with before they allocate, so that too large a model is a clear capacity_error
+/// rather than std::bad_alloc or the OOM killer.
+[[nodiscard]] inline std::uint64_t physical_memory() noexcept {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+/// Throws capacity_error when `bytes` (for `what`) exceed this machine's physical memory.
+inline void require_physical_memory(std::uint64_t bytes, std::string_view what) {
+  const std::uint64_t mem = physical_memory();
+  if (mem > 0 && bytes > mem)
+    throw capacity_error(fmt::format("{} need {} of host memory; this machine has {}", what, format_size(bytes),
+                                     format_size(mem)),
+                         bytes, mem);
+}
+
 [[nodiscard]] inline host_memory_kind resolve_host_memory(host_memory_request r) noexcept {
   if (r.pinned_if_available && cuda_devices().devices > 0) return host_memory_kind::pinned;
   return r.lock ? host_memory_kind::locked : host_memory_kind::pageable;

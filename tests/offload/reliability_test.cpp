@@ -1,0 +1,298 @@
+// Nothing of the user's is deleted or silently corrupted, and bad input is a typed error: the
+// library side of issue 13 (the tools' side is in tests/reliability.cmake and kill_test.cpp).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <strata/strata.hpp>
+
+#include "../tier/tier_fixtures.hpp"
+#include "offload_test_support.hpp"
+
+namespace {
+
+using namespace strata_test;
+namespace fs = std::filesystem;
+using host_opt = strata::offloaded_adamw<strata::host_tier, strata::lru, strata::alternating>;
+
+constexpr std::size_t n = 10'000, sg = 1'000;
+
+strata::offload_options small_options() {
+  strata::offload_options off;
+  off.subgroup_elems = sg;
+  off.threads = 1;
+  return off;
+}
+
+void write_file(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+TEST_CASE("a learning rate of 0 is a step: the moments advance, the weights do not move") {
+  const auto init = random_params(n, 1);
+  for (const bool decoupled : {true, false}) {
+    CAPTURE(decoupled);
+    strata::adamw_options ao;
+    ao.decoupled = decoupled;
+    ao.weight_decay = 0.1;
+    strata::host_tier tier(strata::host_tier_options{.name = "t"});
+    host_opt opt(tier, init, ao, small_options());
+    flat_reference ref(init, ao);
+    const auto g = random_grads<strata::bf16>(n, 2);
+    opt.step(std::span<const strata::bf16>(g), 0.0);
+    ref.step(std::span<const strata::bf16>(g), 0.0);
+    require_same_state(opt, ref);
+    std::vector<float> w(n);
+    opt.read_master(w);
+    if (decoupled) CHECK(same_bits(w, init));  // Adam's L2 term still moves v, never p at lr 0
+    CHECK_THROWS_AS(opt.step(std::span<const strata::bf16>(g), -1e-3), strata::config_error);
+    CHECK_THROWS_AS(opt.step(std::span<const strata::bf16>(g), std::numeric_limits<double>::infinity()),
+                    strata::config_error);
+  }
+}
+
+TEST_CASE("a gradient range handed over twice is refused, and a gap never reaches step()") {
+  const auto init = random_params(n, 3);
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  host_opt opt(tier, init, {}, small_options());
+  const auto g = random_grads<strata::bf16>(n, 4);
+  const std::span<const strata::bf16> all(g);
+  opt.accept_gradients_at(0, all.subspan(0, 1500));
+  // Overlaps [0, 1500): refused before anything is stored, whatever the count would say.
+  CHECK_THROWS_WITH_AS(opt.accept_gradients_at(1200, all.subspan(1200, 300)), doctest::Contains("overlaps [1000, 1500)"),
+                       strata::config_error);
+  CHECK_THROWS_AS(opt.accept_gradients_at(0, all.subspan(0, 10)), strata::config_error);
+  opt.accept_gradients_at(1500, all.subspan(1500, 500));
+  // Subgroup 2 gets [2000, 2400) and [2600, 3000): 800 of 1000, with a gap; before, handing the
+  // first range twice made the count whole and the step ran on stale gradients.
+  opt.accept_gradients_at(2000, all.subspan(2000, 400));
+  opt.accept_gradients_at(2600, all.subspan(2600, 400));
+  CHECK_THROWS_AS(opt.accept_gradients_at(2100, all.subspan(2100, 200)), strata::config_error);
+  opt.accept_gradients_at(3000, all.subspan(3000, n - 3000));
+  CHECK_THROWS_WITH_AS(opt.step(1e-3), doctest::Contains("subgroup 2 has 800 of its 1000"), strata::config_error);
+  opt.accept_gradients_at(2400, all.subspan(2400, 200));  // fills the gap exactly
+  flat_reference ref(init, {});
+  opt.step(1e-3);
+  ref.step(all, 1e-3);
+  require_same_state(opt, ref);
+}
+
+TEST_CASE("save() removes only data files its own manifests named, never a user's file") {
+  temp_dir dir(fs::temp_directory_path(), "ckpt");
+  const auto ck = dir.path() / "ckpt";
+  fs::create_directories(ck);
+  write_file(ck / "state-of-the-art.txt", "mine");
+  write_file(ck / "state-7-0123456789abcdef.bin", "mine too, though it looks like a data file");
+  const auto init = random_params(n, 5);
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  host_opt opt(tier, init, {}, small_options());
+  const auto g = random_grads<strata::bf16>(n, 6);
+  opt.save(ck);
+  const auto first = strata::read_checkpoint_manifest(ck).data_file;
+  opt.step(std::span<const strata::bf16>(g), 1e-3);
+  // A save killed after it created its data file: named in the journal, so the next save may go.
+  write_file(ck / "state-1-00000000deadbeef.bin", "left by a killed save");
+  write_file(ck / std::string(strata::detail::checkpoint_journal), "state-1-00000000deadbeef.bin\n../escape\n");
+  opt.save(ck);
+  const auto second = strata::read_checkpoint_manifest(ck).data_file;
+  CHECK(second != first);
+  CHECK_FALSE(fs::exists(ck / first));                          // replaced by the new checkpoint
+  CHECK_FALSE(fs::exists(ck / "state-1-00000000deadbeef.bin"));  // the killed save's leftover
+  CHECK_FALSE(fs::exists(ck / std::string(strata::detail::checkpoint_journal)));
+  CHECK(fs::exists(ck / second));
+  CHECK(read_file(ck / "state-of-the-art.txt") == "mine");
+  CHECK(fs::exists(ck / "state-7-0123456789abcdef.bin"));
+  strata::host_tier tier2(strata::host_tier_options{.name = "t2"});
+  auto back = host_opt::load(ck, tier2, small_options());
+  CHECK(back.step_count() == 1);
+}
+
+TEST_CASE("Adam without a weight_decay gets PyTorch's default for its mode") {
+  strata::adamw_options adamw;
+  CHECK(adamw.decay() == 1e-2);
+  strata::adamw_options adam;
+  adam.decoupled = false;
+  CHECK(adam.decay() == 0.0);
+  CHECK_FALSE(strata::make_adamw_step_params(adam, 1, 1e-3).l2);  // no L2 term nobody asked for
+  adam.weight_decay = 0.05;
+  CHECK(strata::make_adamw_step_params(adam, 1, 1e-3).l2);
+  adamw.weight_decay = 0.0;
+  CHECK(strata::make_adamw_step_params(adamw, 1, 1e-3).decay_factor == 1.0f);
+}
+
+TEST_CASE("cache_subgroups keeps exactly K subgroups where a byte count would lose one to rounding") {
+  const auto init = random_params(n, 7);
+  auto off = small_options();
+  const auto layout = strata::offload_layout::of(n, {}, off);
+  off.host_cache_bytes = 3 * layout.slot_bytes();  // 3 slots' bytes, but slots are page-rounded
+  {
+    strata::host_tier tier(strata::host_tier_options{.name = "t"});
+    host_opt opt(tier, init, {}, off);
+    CHECK(opt.stats().cache_slots == 2);  // the trap
+  }
+  off.cache_subgroups = 3;
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  host_opt opt(tier, init, {}, off);
+  CHECK(opt.stats().cache_slots == 3);
+  off.cache_subgroups = 1000;  // more than there are: all of them
+  strata::host_tier tier2(strata::host_tier_options{.name = "t2"});
+  CHECK(host_opt(tier2, init, {}, off).stats().cache_slots == n / sg);
+}
+
+TEST_CASE("remove_state removes exactly the optimizer's objects; the optimizer is then refused") {
+  const auto init = random_params(n, 8);
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  const std::vector<std::byte> user(100, std::byte{42});
+  tier.write("users-own-object", 0, user).get();
+  auto off = small_options();
+  off.object_prefix = "mine";
+  host_opt opt(tier, init, {}, off);
+  CHECK(opt.remove_state() == n / sg);
+  for (std::size_t s = 0; s < n / sg; ++s) CHECK_FALSE(tier.size(opt.object_name(s)).has_value());
+  CHECK(tier.size("users-own-object") == 100);
+  const auto g = random_grads<strata::bf16>(n, 9);
+  CHECK_THROWS_WITH_AS(opt.step(std::span<const strata::bf16>(g), 1e-3), doctest::Contains("remove_state"),
+                       strata::config_error);
+  CHECK_THROWS_AS(opt.flush(), strata::config_error);
+  CHECK_THROWS_AS(opt.remove_state(), strata::config_error);
+}
+
+TEST_CASE("a tier directory has one owner: a second file_tier on it is a busy_error naming the holder") {
+  temp_dir dir(fs::temp_directory_path(), "owned");
+  strata::file_tier_options fo;
+  fo.directory = dir.path() / "tier";
+  fo.name = "first";
+  {
+    strata::file_tier first(fo);
+    fo.name = "second";
+    try {
+      strata::file_tier second(fo);
+      FAIL("two file tiers share a directory");
+    } catch (const strata::busy_error& e) {
+      CHECK(e.holder_pid() == ::getpid());
+      CHECK(std::string(e.what()).find("file_tier 'first'") != std::string::npos);
+      CHECK(std::string(e.what()).find(fo.directory.string()) != std::string::npos);
+    }
+  }
+  CHECK_NOTHROW(strata::file_tier{fo});  // free again once the owner is gone
+  CHECK_FALSE(fs::exists(fo.directory / std::string(strata::directory_lock::file_name)));
+}
+
+TEST_CASE("two optimizers of one process never share a prefix of one tier") {
+  const auto init = random_params(n, 10);
+  strata::host_tier tier(strata::host_tier_options{.name = "shared"});
+  auto off = small_options();
+  host_opt a(tier, init, {}, off);
+  CHECK_THROWS_WITH_AS(host_opt(tier, init, {}, off), doctest::Contains("prefix 'strata' is in use"), strata::busy_error);
+  off.object_prefix = "other";
+  host_opt b(tier, init, {}, off);  // its own prefix: fine
+  host_opt moved(std::move(a));     // the claim moves with the optimizer
+  off.object_prefix = "strata";
+  CHECK_THROWS_AS(host_opt(tier, init, {}, off), strata::busy_error);
+}
+
+TEST_CASE("too many parameters is a config_error computed before anything is allocated") {
+  CHECK_THROWS_AS((void)strata::offload_layout::of(std::size_t{1} << 62, {}, small_options()), strata::config_error);
+  CHECK_THROWS_AS((void)host_opt::required_host_memory(std::size_t{1} << 62, {}, small_options()), strata::config_error);
+}
+
+TEST_CASE("a tier too small for the state is refused up front; a construction that fails removes what it wrote") {
+  const auto init = random_params(n, 11);
+  {
+    strata::host_tier tier(strata::host_tier_options{.name = "small", .capacity = 64 * 1024});
+    CHECK_THROWS_WITH_AS(host_opt(tier, init, {}, small_options()), doctest::Contains("on tier 'small', which has 64 KiB free"),
+                         strata::capacity_error);
+    CHECK(tier.used() == 0);  // refused before the first write
+  }
+  strata::faulty<strata::host_tier> tier(strata::host_tier_options{.name = "disk"});
+  const std::vector<std::byte> old(16, std::byte{1});
+  tier.write("strata.sg-9", 0, old).get();  // an object an earlier run left: overwritten, never removed
+  tier.inject({.kind = strata::fault_kind::enospc, .op = strata::fault_op::write, .object = {}, .after = 4});
+  using faulty_opt = strata::offloaded_adamw<strata::faulty<strata::host_tier>, strata::lru, strata::alternating>;
+  CHECK_THROWS_AS(faulty_opt(tier, init, {}, small_options()), strata::capacity_error);
+  for (std::size_t s = 0; s < 9; ++s) CHECK_FALSE(tier.size(fmt::format("strata.sg-{}", s)).has_value());
+  CHECK(tier.size("strata.sg-9").has_value());
+}
+
+TEST_CASE("a damaged state file always ends in integrity_error, never in a wrong weight") {
+  temp_dir dir(fs::temp_directory_path(), "fuzz");
+  strata::offloaded_adamw_config c;
+  c.preset = "strata";
+  c.offload = small_options();
+  c.offload.host_cache_bytes = 0;  // every read goes to the files
+  c.integrity_block_bytes = 4096;
+  strata::offload_path_config p;
+  p.directory = dir.path() / "nvme";
+  p.name = "nvme";
+  c.paths.push_back(p);
+  const auto init = random_params(n, 12);
+  auto opt = strata::make_offloaded_adamw(c, init);
+  opt->flush();
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(p.directory))
+    if (e.is_regular_file() && e.path().filename().string().front() != '.') files.push_back(e.path());
+  REQUIRE(files.size() == n / sg);
+  std::mt19937_64 rng(13);
+  std::vector<float> w(n);
+  for (int round = 0; round < 40; ++round) {
+    const auto& f = files[rng() % files.size()];
+    const auto size = fs::file_size(f);
+    const auto at = static_cast<std::streamoff>(rng() % size);
+    char byte = 0;
+    {
+      std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+      io.seekg(at);
+      io.read(&byte, 1);
+      const char flipped = static_cast<char>(byte ^ static_cast<char>(1 + rng() % 255));
+      io.seekp(at);
+      io.write(&flipped, 1);
+    }
+    CAPTURE(f);
+    CAPTURE(at);
+    CHECK_THROWS_AS(opt->read_master(w), strata::integrity_error);
+    {
+      std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+      io.seekp(at);
+      io.write(&byte, 1);
+    }
+    opt->read_master(w);
+    CHECK(same_bits(w, init));
+  }
+  CHECK(opt->remove_state() == n / sg);
+}
+
+TEST_CASE("thousands of requests in flight on a file_tier queue for descriptors instead of failing") {
+  struct rlimit old {};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
+  struct rlimit low = old;
+  low.rlim_cur = std::min<rlim_t>(old.rlim_cur, rlim_t{256});
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  temp_dir dir(fs::temp_directory_path(), "fds");
+  {
+    strata::file_tier_options fo;
+    fo.directory = dir.path() / "t";
+    fo.name = "fds";
+    fo.threads = 4;
+    strata::file_tier t(fo);  // takes at most half of the 256 for requests
+    const std::vector<std::byte> data(4096, std::byte{7});
+    std::vector<strata::io_future> fs;
+    for (int i = 0; i < 2000; ++i) fs.push_back(t.write(fmt::format("o-{}", i), 0, data));
+    CHECK_NOTHROW(strata::wait_all(fs));
+    for (int i = 0; i < 2000; ++i) CHECK(t.remove(fmt::format("o-{}", i)));
+  }
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &old) == 0);
+}
