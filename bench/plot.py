@@ -4,8 +4,8 @@
     python3 -m venv .venv && .venv/bin/pip install matplotlib
     .venv/bin/python bench/plot.py step.json --out docs/img --prefix paper_like
 
-writes <prefix>_phases.png (where one iteration's time goes, per preset, next to the bound of
-DESIGN section 2) and <prefix>_paths.png (throughput of each path over the run, with the preset
+writes <prefix>_phases.png (where one iteration's time goes, per preset, next to the full-duplex
+bound of docs/design.md section 2) and <prefix>_paths.png (throughput of each path over the run, with the preset
 that was running shaded).
 """
 import argparse
@@ -51,10 +51,8 @@ def phases_chart(d, plt, out):
             note += f"  ({p['speedup_vs_zero_infinity']:.2f}x)"
         ax.text(left[i], i, "  " + note, va="center", fontsize=9)
         if p["bound_s"] > 0:
-            ax.plot([p["bound_s"]] * 2, [i - 0.4, i + 0.4], color="black", linestyle="--", linewidth=1,
-                    label="bound (DESIGN 2: read + write time)" if i == 0 else None)
-            ax.plot([p["duplex_bound_s"]] * 2, [i - 0.4, i + 0.4], color="black", linestyle=":", linewidth=1.5,
-                    label="full-duplex bound (max of read, write time)" if i == 0 else None)
+            ax.plot([p["bound_s"]] * 2, [i - 0.4, i + 0.4], color="black", linestyle="--", linewidth=1.5,
+                    label="lower bound (docs/design.md 2: full duplex)" if i == 0 else None)
     ax.invert_yaxis()
     ax.set_xlabel("seconds per iteration (median)")
     ax.set_xlim(0, max(max(left), max(p["bound_s"] for p in presets)) * 1.3)

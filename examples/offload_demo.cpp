@@ -1,5 +1,5 @@
 // offload_demo: trains a synthetic model with strata's offloaded AdamW over run-time configured
-// paths and prints, per step, where the time went next to the lower bound of DESIGN section 2.
+// paths and prints, per step, where the time went next to the lower bound of docs/design.md section 2.
 //
 //   offload_demo --params 1e9 --subgroup 64M --preset strata --budget 3GiB
 //                --path /nvme/strata@2GB/1.5GB --path /pfs/strata@1GB/0.8GB --steps 3

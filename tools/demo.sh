@@ -5,7 +5,7 @@
 #  2. `strata-bench step --compare` runs zero_infinity, mlp_offload and strata interleaved on a
 #     200M-parameter model (2.2 GiB of state) over two paths capped 2:1 (an NVMe and a PFS link,
 #     emulated on the local disk) and prints where each iteration's time goes, the bytes per
-#     path, the bound of DESIGN section 2 and the speedup over zero_infinity.
+#     path, the bound of docs/design.md section 2 and the speedup over zero_infinity.
 # Everything lives under BUILD_DIR/demo; the state files are removed afterwards (step.json, the
 # step's JSON for bench/plot.py, stays). Nothing needs root or a server.
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The strata preset on the real local disk, no caps: one path, probed in the same run (the same
-# O_DIRECT write+read as `strata-bench io`), so the step is measured against the bound of DESIGN
-# section 2 from bandwidths of this run. zero_infinity runs interleaved as the baseline.
+# O_DIRECT write+read as `strata-bench io`), so the step is measured against the bound of
+# docs/design.md section 2 from bandwidths of this run. zero_infinity runs interleaved as the baseline.
 #
 #   bench/scenarios/real_disk.sh [BUILD_DIR] [WORK_DIR] [extra strata-bench step options]
 #

@@ -82,6 +82,7 @@
 #include "strata/tier/io_future.hpp"
 #include "strata/tier/limited.hpp"
 #include "strata/tier/multipath.hpp"
+#include "strata/tier/striped.hpp"
 #include "strata/tier/throttled.hpp"
 #include "strata/tier/throughput_meter.hpp"
 #include "strata/tier/tier_paths.hpp"

@@ -203,3 +203,92 @@ TEST_CASE("presets compose at compile time from the same template") {
   require_same_state(opt, ref);
   CHECK(opt.stats().cache_slots == P::default_kept);
 }
+
+TEST_CASE("on paths capped by throttled<> the full-duplex bound is a lower bound: 0 < efficiency <= 1 for every preset") {
+  // The caps are the paths' ceilings and throttled<> never lets a request beat its slot, so no
+  // step can be faster than max(read time, write time, kernel time): a bound that adds read and
+  // write times (the serial form) would be beaten here, since each capped path reads and writes
+  // at once.
+  const std::size_t n = 400'000;  // 8 subgroups of 50K: 4.8 MB of state
+  const auto init = random_params(n, 36);
+  bool serial_beaten = false;
+  for (const auto& [preset, paths] : {std::pair{"zero_infinity", 1ul}, std::pair{"mlp_offload", 2ul},
+                                      std::pair{"strata", 2ul}}) {
+    CAPTURE(preset);
+    temp_dir dir(fs::temp_directory_path(), "offload-bound");
+    auto c = base_config(dir.path(), preset, paths);
+    c.offload.subgroup_elems = 50'000;
+    c.offload.host_cache_bytes = 0;
+    for (auto& p : c.paths) {
+      p.directory.clear();  // host memory behind the caps: only the caps limit
+      p.read_cap = p.read_bandwidth = 60e6;
+      p.write_cap = p.write_bandwidth = 50e6;
+    }
+    auto opt = strata::make_offloaded_adamw(c, init);
+    const auto g = random_grads<strata::bf16>(n, 2);
+    for (int t = 0; t < 3; ++t) {
+      const auto s = opt->step(std::span<const strata::bf16>(g), 1e-3);
+      CAPTURE(s.to_string());
+      CHECK(s.bound_s > 0);
+      CHECK(s.efficiency > 0);
+      CHECK(s.efficiency <= 1.0);
+      CHECK(s.serial_bound_s >= s.bound_s);
+      serial_beaten = serial_beaten || s.serial_bound_s > s.total_s;
+    }
+  }
+  CHECK(serial_beaten);  // the serial form is not a lower bound on these links
+}
+
+TEST_CASE("mlp_offload's PFS path takes separate node-wide read and write locks, one shared lock, or none") {
+  const std::size_t n = 6000;
+  const auto init = random_params(n, 37);
+  for (const auto& [sharing, locked] : {std::pair{strata::rw_sharing::separate, true},
+                                        std::pair{strata::rw_sharing::shared, true},
+                                        std::pair{strata::rw_sharing::separate, false}}) {
+    CAPTURE(static_cast<int>(sharing));
+    CAPTURE(locked);
+    temp_dir dir(fs::temp_directory_path(), "offload-mlp-lock");
+    auto c = base_config(dir.path(), "mlp_offload", 2);
+    c.node_limiter_sharing = sharing;
+    c.mlp_offload_lock = locked;
+    c.node_limiter_name = "pfs";
+    auto opt = strata::make_offloaded_adamw(c, init);
+    CHECK(opt->offload().prefetch_depth == 1);  // one swap-in and one swap-out ahead per path
+    CHECK(opt->offload().write_behind_depth == 1);
+    flat_reference ref(init, c.adamw);
+    run_and_compare(*opt, ref, 2, 300);
+    const bool separate_files = fs::exists(dir.path() / "locks" / "pfs.read") && fs::exists(dir.path() / "locks" / "pfs.write");
+    const bool shared_file = fs::exists(dir.path() / "locks" / "pfs");
+    CHECK(separate_files == (locked && sharing == strata::rw_sharing::separate));
+    CHECK(shared_file == (locked && sharing == strata::rw_sharing::shared));
+  }
+}
+
+TEST_CASE("zero_infinity striped over every path (RAID0) with a cache stays bit-identical and spreads bytes evenly") {
+  const std::size_t n = 6000;  // 12 subgroups of 500: 6000 B of state each
+  const auto init = random_params(n, 38);
+  temp_dir dir(fs::temp_directory_path(), "offload-raid0");
+  auto c = base_config(dir.path(), "zero_infinity", 2);
+  c.stripe_paths = true;
+  c.stripe_bytes = 4096;
+  c.offload.cache_subgroups = 3;
+  auto opt = strata::make_offloaded_adamw(c, init);
+  flat_reference ref(init, c.adamw);
+  run_and_compare(*opt, ref, 3, 400);
+  const auto totals = opt->path_totals();
+  REQUIRE(totals.size() == 2);  // the members, not the one striped path
+  CHECK(totals[0].name == "nvme");
+  CHECK(totals[1].name == "pfs");
+  CHECK(totals[0].bytes_read > 0);
+  CHECK(totals[1].bytes_read > 0);
+  // belady keeps a fixed set of the sequential order's subgroups across steps (an LRU cache of
+  // the same size gets no hit at all under that order); some steps lose one of the 3 to a slot
+  // the read-ahead took.
+  const auto g = random_grads<strata::bf16>(n, 9);
+  const auto s = opt->step(std::span<const strata::bf16>(g), 1e-3);
+  CHECK(s.cache_hits >= 2);
+  CHECK(s.cache_hits <= 3);
+  CHECK(s.cache_hits + s.cache_misses == 12);
+  auto one = base_config(dir.path() / "x", "zero_infinity", 2);
+  CHECK_THROWS_AS(strata::make_offloaded_adamw(one, init), strata::config_error);  // two paths, not striped
+}

@@ -201,6 +201,26 @@ struct any_tier_fixture {
   tier_type t;
 };
 
+/// RAID0 over a file path and a host path, with a small stripe unit so every object spans both.
+struct striped_fixture {
+  static constexpr const char* name = "striped(file_tier, host_tier)";
+  using tier_type = strata::striped;
+  explicit striped_fixture(std::uint64_t cap = strata::unlimited_capacity) : t(make(dir.path(), cap)) {}
+  static std::vector<strata::any_tier> members(const fs::path& d, std::uint64_t cap) {
+    const auto half = cap == strata::unlimited_capacity ? cap : cap / 2;
+    std::vector<strata::any_tier> m;
+    m.push_back(strata::any_tier::make<strata::file_tier>(file_opts(d / "a", strata::io_backend::automatic, half, "a")));
+    m.push_back(strata::any_tier::make<strata::host_tier>(strata::host_tier_options{.name = "b", .capacity = half}));
+    return m;
+  }
+  static tier_type make(const fs::path& d, std::uint64_t cap) {
+    return tier_type(members(d, cap), strata::striped_options{.name = "raid0", .stripe_bytes = 4096});
+  }
+  tier_type& tier() { return t; }
+  temp_dir dir;
+  tier_type t;
+};
+
 /// GPU memory as a tier, on the executor model without a GPU: jittered streams, so copies finish
 /// out of step with each other as on a device.
 struct device_fixture {

@@ -15,7 +15,7 @@ using strata::io_future;
 #define STRATA_TIER_FIXTURES                                                                              \
   host_fixture, file_fixture<strata::io_backend::posix>, file_fixture<strata::io_backend::uring>,         \
       file_shm_fixture, throttled_fixture, limited_fixture, checksummed_fixture, multipath_fixture,       \
-      any_tier_fixture, device_fixture
+      any_tier_fixture, striped_fixture, device_fixture
 
 namespace {
 template <class T>

@@ -28,12 +28,14 @@
 #include "strata/offload/presets.hpp"
 #include "strata/policy/placement.hpp"
 #include "strata/sync/node_limiter.hpp"
+#include "strata/sync/rw_limiter.hpp"
 #include "strata/tier/any_tier.hpp"
 #include "strata/tier/checksummed.hpp"
 #include "strata/tier/file_tier.hpp"
 #include "strata/tier/host_tier.hpp"
 #include "strata/tier/limited.hpp"
 #include "strata/tier/multipath.hpp"
+#include "strata/tier/striped.hpp"
 #include "strata/tier/throttled.hpp"
 
 namespace strata {
@@ -57,6 +59,15 @@ struct offloaded_adamw_config {
   offload_options offload{};      ///< the base the preset adjusts (subgroup size, budget, threads, ...)
   std::string node_limiter_name = "strata-pfs";
   std::size_t node_limiter_permits = 1;
+  /// Whether node-limited paths take one permit per direction (separate: reads and writes each
+  /// have `node_limiter_permits`, as MLP-Offload's read and write locks) or share one set.
+  rw_sharing node_limiter_sharing = rw_sharing::separate;
+  /// mlp_offload: its PFS path is node-limited (false: the ablation without the lock).
+  bool mlp_offload_lock = true;
+  /// Stripe every object over all paths as RAID0 does (one path of striped<>; any preset, e.g.
+  /// zero_infinity given the same paths as the others in an equal-resources comparison).
+  bool stripe_paths = false;
+  std::uint64_t stripe_bytes = std::uint64_t{1} << 20;  ///< stripe unit of stripe_paths
   std::filesystem::path node_limiter_dir{};  ///< empty: default_node_limiter_dir()
   tracer* trace = nullptr;
   /// Verify every byte read back from a path against an XXH3-64 checksum per block taken when it
@@ -102,16 +113,18 @@ class any_offloaded_adamw {
 
 namespace detail {
 
-inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, node_limiter* limiter);
+using node_rw_limiter = rw_limiter<node_limiter>;
+
+inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter);
 
 /// A path of the config, under checksummed<> when the config verifies integrity.
-inline any_tier make_verified_path(const offloaded_adamw_config& c, std::size_t index, node_limiter* limiter) {
+inline any_tier make_verified_path(const offloaded_adamw_config& c, std::size_t index, const node_rw_limiter* limiter) {
   any_tier path = make_offload_path(c.paths[index], index, limiter);
   if (!c.verify_integrity) return path;
   return any_tier::make<checksummed<any_tier>>(checksum_options{.block_bytes = c.integrity_block_bytes}, std::move(path));
 }
 
-inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, node_limiter* limiter) {
+inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter) {
   const bool throttle = p.read_cap > 0 || p.write_cap > 0;
   const bool limit = p.node_limited && limiter != nullptr;
   const throttle_options th{p.read_cap, p.write_cap, {}};
@@ -147,7 +160,12 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   runtime_offloaded_adamw(const offloaded_adamw_config& c, Placement placement)
       : limiter_(make_limiter(c)), tier_(std::move(placement), make_paths(c, limiter_.get()), "paths") {
     // Descriptors are taken once, so path_totals() reads only atomics while a step runs.
-    for (std::size_t i = 0; i < tier_.path_count(); ++i) descriptors_.push_back(tier_.path(i).descriptor());
+    striped_ = tier_.path(0).template target<striped>();
+    if (striped_ != nullptr) {
+      for (std::size_t i = 0; i < striped_->member_count(); ++i) descriptors_.push_back(striped_->member(i).descriptor());
+    } else {
+      for (std::size_t i = 0; i < tier_.path_count(); ++i) descriptors_.push_back(tier_.path(i).descriptor());
+    }
   }
 
   void create(const offloaded_adamw_config& c, std::span<const float> params) {
@@ -171,7 +189,7 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   void accept_gradients_at(std::size_t first, std::span<const fp16> g) override { opt_->accept_gradients_at(first, g); }
   offload_step_stats step(double lr) override { return opt_->step(lr); }
   [[nodiscard]] std::vector<path_traffic> path_totals() const override {
-    const auto done = tier_.completed_bytes();
+    const auto done = striped_ != nullptr ? striped_->completed_bytes() : tier_.completed_bytes();
     std::vector<path_traffic> v(done.size());
     for (std::size_t i = 0; i < v.size(); ++i) {
       const auto& d = descriptors_[i];
@@ -192,20 +210,25 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   [[nodiscard]] const offload_options& offload() const override { return opt_->offload(); }
 
  private:
-  static std::unique_ptr<node_limiter> make_limiter(const offloaded_adamw_config& c) {
+  static std::unique_ptr<node_rw_limiter> make_limiter(const offloaded_adamw_config& c) {
     bool any = false;
     for (const auto& p : c.paths) any = any || p.node_limited;
     if (!any) return nullptr;
-    return std::make_unique<node_limiter>(c.node_limiter_name, c.node_limiter_permits, c.node_limiter_dir);
+    return std::make_unique<node_rw_limiter>(make_node_rw_limiter(c.node_limiter_name, c.node_limiter_permits,
+                                                                  c.node_limiter_sharing, c.node_limiter_dir));
   }
-  static std::vector<any_tier> make_paths(const offloaded_adamw_config& c, node_limiter* limiter) {
+  static std::vector<any_tier> make_paths(const offloaded_adamw_config& c, const node_rw_limiter* limiter) {
     std::vector<any_tier> v;
     for (std::size_t i = 0; i < c.paths.size(); ++i) v.push_back(make_verified_path(c, i, limiter));
-    return v;
+    if (!c.stripe_paths) return v;
+    std::vector<any_tier> one;
+    one.push_back(any_tier::make<striped>(std::move(v), striped_options{.name = "raid0", .stripe_bytes = c.stripe_bytes}));
+    return one;
   }
 
-  std::unique_ptr<node_limiter> limiter_;  // outlives the paths that hold it
+  std::unique_ptr<node_rw_limiter> limiter_;  // outlives the paths that hold it
   tier_type tier_;                          // outlives the optimizer
+  striped* striped_ = nullptr;               // the one path when stripe_paths (per-member totals)
   std::vector<tier_descriptor> descriptors_;
   std::optional<optimizer> opt_;
 };
@@ -213,8 +236,10 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
 template <class Build>
 std::unique_ptr<any_offloaded_adamw> make_runtime(offloaded_adamw_config c, Build&& build) {
   STRATA_EXPECTS(!c.paths.empty(), config_error, "make_offloaded_adamw: no paths given");
+  STRATA_EXPECTS(!c.stripe_paths || c.stripe_bytes > 0, config_error, "make_offloaded_adamw: stripe_bytes must be positive");
   if (c.preset == "zero_infinity") {
-    STRATA_EXPECTS(c.paths.size() == 1, config_error, "make_offloaded_adamw: preset zero_infinity uses one path, got {}",
+    STRATA_EXPECTS(c.paths.size() == 1 || c.stripe_paths, config_error,
+                   "make_offloaded_adamw: preset zero_infinity uses one path, got {} (stripe_paths makes one of them)",
                    c.paths.size());
     auto o = std::make_unique<runtime_offloaded_adamw<presets::zero_infinity, bandwidth_proportional>>(
         c, bandwidth_proportional{});
@@ -222,9 +247,10 @@ std::unique_ptr<any_offloaded_adamw> make_runtime(offloaded_adamw_config c, Buil
     return o;
   }
   if (c.preset == "mlp_offload") {
-    STRATA_EXPECTS(c.paths.size() == 2, config_error,
-                   "make_offloaded_adamw: preset mlp_offload uses two paths (NVMe, PFS), got {}", c.paths.size());
-    c.paths[1].node_limited = true;
+    STRATA_EXPECTS(c.paths.size() == 2 && !c.stripe_paths, config_error,
+                   "make_offloaded_adamw: preset mlp_offload uses two paths (NVMe, PFS), got {}{}", c.paths.size(),
+                   c.stripe_paths ? " striped into one" : "");
+    c.paths[1].node_limited = c.mlp_offload_lock;
     auto o = std::make_unique<runtime_offloaded_adamw<presets::mlp_offload, fixed_ratio>>(
         c, presets::mlp_offload::placement());
     build(*o, c);

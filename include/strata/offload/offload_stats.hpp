@@ -1,6 +1,7 @@
 #pragma once
 /// What one step of strata::offloaded_adamw did and where its time went, with the lower bound of
-/// DESIGN section 2 computed from the paths' bandwidths, so every report carries its own yardstick.
+/// docs/design.md section 2 computed from the paths' bandwidths, so every report carries its own
+/// yardstick.
 
 #include <algorithm>
 #include <cmath>
@@ -52,10 +53,15 @@ struct offload_step_stats {
   float clip = 1;        ///< clip coefficient applied (1: none)
   float loss_scale = 1;  ///< the scale this step's gradients carried (dynamic loss scaling; 1: off)
   std::vector<std::size_t> nonfinite_subgroups;  ///< subgroups holding inf/NaN gradients (when skipped)
-  /// DESIGN section 2: max(read / sum of read bandwidths + written / sum of write bandwidths,
-  /// kernel_s); 0 when a bandwidth is unknown.
+  /// docs/design.md section 2, the full-duplex bound: max(read / sum of read bandwidths,
+  /// written / sum of write bandwidths, kernel_s); 0 when a bandwidth is unknown. A real lower
+  /// bound when the bandwidths are the paths' ceilings (a path may read and write at once).
   double bound_s = 0;
-  /// bound_s / total_s (1 = as fast as the paths allow); 0 when the bound is unknown.
+  /// read / sum of read bandwidths + written / sum of write bandwidths, or kernel_s when larger:
+  /// what the step would take if no path could read and write at once (not a lower bound).
+  double serial_bound_s = 0;
+  /// bound_s / total_s (1 = as fast as the paths allow; <= 1 when the bandwidths are ceilings);
+  /// 0 when the bound is unknown.
   double efficiency = 0;
 
   /// Fills bound_s and efficiency from paths, bytes and times.
@@ -68,11 +74,13 @@ struct offload_step_stats {
       wbw += p.write_bandwidth;
     }
     if (!known) {
-      bound_s = efficiency = 0;
+      bound_s = serial_bound_s = efficiency = 0;
       return;
     }
-    const double io = static_cast<double>(bytes_read) / rbw + static_cast<double>(bytes_written) / wbw;
-    bound_s = std::max(io, kernel_s);
+    const double read = static_cast<double>(bytes_read) / rbw;
+    const double write = static_cast<double>(bytes_written) / wbw;
+    bound_s = std::max({read, write, kernel_s});
+    serial_bound_s = std::max(read + write, kernel_s);
     efficiency = total_s > 0 ? bound_s / total_s : 0;
   }
 

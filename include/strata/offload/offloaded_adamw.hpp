@@ -1,7 +1,7 @@
 #pragma once
 /// strata::offloaded_adamw: AdamW whose fp32 state (master weights, first and second moments,
 /// and the running maximum of the second moment with amsgrad) lives on a tier stack and is
-/// streamed through a bounded set of host buffers for each update (DESIGN section 4).
+/// streamed through a bounded set of host buffers for each update (docs/design.md section 3).
 ///
 /// It is a facade over parts that stand on their own: offload_layout (subgroups, objects, slot
 /// sizes), gradient_intake (gradients handed over by backward), subgroup_pipeline (reads, updates

@@ -5,17 +5,22 @@
 ///
 ///   using P = strata::presets::mlp_offload;
 ///   strata::file_tier nvme(nvme_opts);
-///   strata::limited<strata::file_tier, strata::node_limiter> pfs(node_lock, pfs_opts);
+///   auto locks = strata::make_node_rw_limiter("pfs", 1, strata::rw_sharing::separate);
+///   strata::limited<strata::file_tier, strata::node_limiter> pfs(locks, pfs_opts);
 ///   P::paths<strata::file_tier, strata::file_tier> tier(P::placement(), nvme, pfs);
 ///   P::optimizer<decltype(tier)> opt(tier, params, adamw, P::options(params.size(), adamw, base));
 ///
-/// - zero_infinity: ZeRO-Infinity's way, the baseline. One path; fp32 gradients written to the
-///   tier during backward and read back at the update; sequential order; no state kept across
-///   steps; prefetch the next subgroup, write the previous one behind.
-/// - mlp_offload: MLP-Offload (SC'25). Two paths placed 2:1 (NVMe:PFS) round robin, the PFS path
-///   behind a node-wide limiter (one process of the node on the PFS link at a time); alternating
-///   order with the last K subgroups kept in host memory (lru: with an alternating order it
-///   keeps exactly those); 16-bit gradients kept in host memory.
+/// What each one emulates, and how faithfully, is in docs/design.md section 4.
+/// - zero_infinity: ZeRO-Infinity's way (DeepSpeed's pipelined optimizer swapper), the baseline.
+///   One path; fp32 gradients written to the tier during backward and read back at the update;
+///   sequential order; prefetch the next subgroup, write the previous one behind. No state kept
+///   across steps unless the base gives a host cache (an equal-resources comparison): then belady
+///   keeps the subgroups that serve a sequential order best.
+/// - mlp_offload: MLP-Offload (SC'25). Two paths placed 2:1 (NVMe:PFS) round robin, one read-ahead
+///   and one write-behind per path (one swapper per path with one async swap-in and one async
+///   swap-out), the PFS path behind node-wide locks taken per request (its swap calls), one for
+///   reads and one for writes; alternating order with the last K subgroups kept in host memory
+///   (lru: with an alternating order it keeps exactly those); 16-bit gradients kept in host memory.
 /// - strata_preset ("strata"): placement proportional to each path's measured or declared
 ///   bandwidth, a sweep_aware cache as large as the budget leaves after a deeper pipeline,
 ///   16-bit gradients in host memory.
@@ -28,6 +33,7 @@
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/policy/belady.hpp"
 #include "strata/policy/lru.hpp"
 #include "strata/policy/placement.hpp"
 #include "strata/policy/sweep_aware.hpp"
@@ -49,7 +55,7 @@ namespace detail {
 /// ZeRO-Infinity: see the file comment.
 struct zero_infinity {
   static constexpr std::string_view name = "zero_infinity";
-  using eviction = lru;  // never consulted: the cache is empty
+  using eviction = belady;  // consulted only when the base gives a cache
   using order = sequential;
   template <tier Tier>
   using optimizer = offloaded_adamw<Tier, eviction, order>;
@@ -57,9 +63,9 @@ struct zero_infinity {
   template <tier Tier>
   using paths = Tier;
 
+  /// The base's host cache is kept (none by default, as ZeRO-Infinity keeps none).
   [[nodiscard]] static offload_options options(std::size_t /*params*/, const adamw_options& /*a*/,
                                                offload_options base = {}) {
-    base.host_cache_bytes = 0;
     base.prefetch_depth = 1;
     base.write_behind_depth = 1;
     base.gradients = gradient_residency::tier;
@@ -74,7 +80,8 @@ struct mlp_offload {
   using order = alternating;
   template <tier Tier>
   using optimizer = offloaded_adamw<Tier, eviction, order>;
-  /// NVMe and PFS paths, the PFS one behind a node-wide limiter; both owned by the caller.
+  /// NVMe and PFS paths, the PFS one behind node-wide limiters (build it from a separate
+  /// rw_limiter, as above, for MLP-Offload's read and write locks); both owned by the caller.
   template <tier Nvme, tier Pfs>
   using paths = multipath<fixed_ratio, Nvme&, limited<Pfs, node_limiter>&>;
   /// 2:1 round robin.
@@ -84,9 +91,9 @@ struct mlp_offload {
 
   [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {}) {
     base.gradients = gradient_residency::host;
-    base.prefetch_depth = 2;
-    base.write_behind_depth = 2;
-    if (base.host_cache_bytes == 0) base.host_cache_bytes = default_kept * detail::slot_footprint(params, a, base);
+    base.prefetch_depth = 1;  // per path: its swapper's one async swap-in and one async swap-out
+    base.write_behind_depth = 1;
+    if (base.host_cache_bytes == 0 && !base.cache_subgroups) base.host_cache_bytes = default_kept * detail::slot_footprint(params, a, base);
     return base;
   }
 };

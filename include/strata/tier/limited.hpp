@@ -4,6 +4,10 @@
 /// link (a PFS mount that all ranks of a node use) sees at most the limiter's cap of requests.
 /// The limiter is shared, so it is held by reference.
 ///
+/// Reads and writes may draw on separate limiters (a rw_limiter with rw_sharing::separate): a
+/// node-wide read lock and a write lock, as MLP-Offload holds around its swap-in and swap-out
+/// calls, so one read and one write may run at once on a full-duplex link.
+///
 /// `read`/`write` never block: they ask for a permit with acquire_async() and return at once; the
 /// request reaches the inner tier when the permit is granted (on the thread that granted it: the
 /// one that completed an earlier request, or the limiter's own), and the permit is released on
@@ -17,6 +21,7 @@
 #include <utility>
 
 #include "strata/sync/limiter.hpp"
+#include "strata/sync/rw_limiter.hpp"
 #include "strata/tier/adaptor_base.hpp"
 #include "strata/tier/detail/inflight_counter.hpp"
 #include "strata/tier/io_future.hpp"
@@ -28,9 +33,15 @@ class limited : public detail::adaptor_base<Inner> {
   using base = detail::adaptor_base<Inner>;
 
  public:
+  /// Reads and writes hold permits of `limiter`.
   template <class... Args>
   explicit limited(Limiter& limiter, Args&&... inner_args)
-      : base(std::in_place, std::forward<Args>(inner_args)...), limiter_(limiter) {}
+      : base(std::in_place, std::forward<Args>(inner_args)...), reads_(limiter), writes_(limiter) {}
+  /// Reads hold permits of `rw.reads()`, writes of `rw.writes()` (the same limiter when shared).
+  /// The limiters are held by reference: `rw` may go, its limiters must outlive this adaptor.
+  template <class... Args>
+  explicit limited(const rw_limiter<Limiter>& rw, Args&&... inner_args)
+      : base(std::in_place, std::forward<Args>(inner_args)...), reads_(rw.reads()), writes_(rw.writes()) {}
   limited(const limited&) = delete;
   limited& operator=(const limited&) = delete;
   /// Waits until every request issued through this adaptor (waiting for a permit or running)
@@ -38,30 +49,33 @@ class limited : public detail::adaptor_base<Inner> {
   ~limited() { inflight_.wait_zero(); }
 
   io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
-    return hold([this, name = std::string(object), offset, bytes] { return this->inner_.write(name, offset, bytes); });
+    return hold(writes_,
+                [this, name = std::string(object), offset, bytes] { return this->inner_.write(name, offset, bytes); });
   }
   io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
-    return hold([this, name = std::string(object), offset, dst] { return this->inner_.read(name, offset, dst); });
+    return hold(reads_, [this, name = std::string(object), offset, dst] { return this->inner_.read(name, offset, dst); });
   }
 
-  /// The shared limiter.
-  [[nodiscard]] Limiter& limiter() noexcept { return limiter_; }
+  /// The limiter of `d`'s requests (the same for both unless built from a separate rw_limiter).
+  [[nodiscard]] Limiter& limiter(io_direction d = io_direction::read) noexcept {
+    return d == io_direction::read ? reads_ : writes_;
+  }
 
  private:
   template <class Issue>
-  io_future hold(Issue issue) {
+  io_future hold(Limiter& lim, Issue issue) {
     io_promise done;
     auto result = done.get_future();
     inflight_.add();
     completion permit;
     try {
-      permit = limiter_.acquire_async();
+      permit = lim.acquire_async();
     } catch (...) {
       inflight_.done();
       throw;
     }
     permit.on_complete(
-        [this, issue = std::move(issue), done = std::move(done)](std::exception_ptr granted) mutable {
+        [this, &lim, issue = std::move(issue), done = std::move(done)](std::exception_ptr granted) mutable {
           if (granted) {  // no permit: nothing to release
             finish(done, granted);
             return;
@@ -70,12 +84,12 @@ class limited : public detail::adaptor_base<Inner> {
           try {
             inner = issue();
           } catch (...) {
-            limiter_.release();
+            lim.release();
             finish(done, std::current_exception());
             return;
           }
-          inner.on_complete([this, done = std::move(done)](std::exception_ptr e) mutable {
-            limiter_.release();  // before the caller sees completion, so it can count on the permit
+          inner.on_complete([this, &lim, done = std::move(done)](std::exception_ptr e) mutable {
+            lim.release();  // before the caller sees completion, so it can count on the permit
             finish(done, e);
           });
         });
@@ -87,7 +101,8 @@ class limited : public detail::adaptor_base<Inner> {
     inflight_.done();
   }
 
-  Limiter& limiter_;
+  Limiter& reads_;
+  Limiter& writes_;
   detail::inflight_counter inflight_;  // destroyed first
 };
 
