@@ -1,10 +1,11 @@
 #pragma once
 /// striped: one tier made of several (its "members"), each object cut into fixed stripe units laid
 /// round robin over the members, as RAID0 does: unit k of an object lives on member k mod n, at
-/// offset (k / n) x unit of that member's object of the same name. Every request becomes one
-/// request per member it touches, issued at once (a member's units of one request are contiguous
-/// in its object; several are gathered into or scattered from a bounce buffer, a memcpy that costs
-/// far less than the I/O), so one large request moves at the members' summed bandwidth, and, like RAID0, at n times the slowest member's (each member gets
+/// offset (k / n) x unit of that member's object of the same name. Every request is cut into
+/// stripe-unit pieces, without copying a byte: reads are issued all at once, writes one at a time
+/// per member (a tier may not run two writes on one object at once) with the members in parallel,
+/// so one large request moves at the members' summed bandwidth and, like RAID0, at n times the
+/// slowest member's (each member gets
 /// an equal share of every object).
 ///
 /// It is the baseline for "the same paths, without strata's placement": ZeRO-Infinity given every
@@ -18,7 +19,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -34,7 +34,6 @@
 
 #include <fmt/format.h>
 
-#include "strata/core/aligned_buffer.hpp"
 #include "strata/core/completion.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
@@ -74,8 +73,9 @@ class striped {
                        "objects are written without holes",
                        opts_.name, offset, object, size);
       }
-      auto done = split(offset, bytes.size(), true, [&](any_tier& m, std::uint64_t at, std::span<const piece> pieces) {
-        return write_pieces(m, object, at, bytes, pieces);
+      // The chain outlives this call: it holds its own copy of the name.
+      auto done = split(offset, bytes.size(), true, [name = std::string(object), bytes](any_tier& m, const piece& pc) {
+        return m.write(name, pc.at, bytes.subspan(pc.from, pc.length));
       });
       // The size grows when the write lands; after a failed one it is found again from what the
       // members hold (as a failed pwrite may leave part of its bytes).
@@ -103,8 +103,8 @@ class striped {
       }
       if (!size || offset > *size || dst.size() > *size - offset)
         throw out_of_range_error(opts_.name, object, offset, dst.size(), size);
-      return split(offset, dst.size(), false, [&](any_tier& m, std::uint64_t at, std::span<const piece> pieces) {
-        return read_pieces(m, object, at, dst, pieces);
+      return split(offset, dst.size(), false, [object, dst](any_tier& m, const piece& pc) {
+        return m.read(object, pc.at, dst.subspan(pc.from, pc.length));
       });
     } catch (...) {
       return make_ready_io_future(std::current_exception());
@@ -178,89 +178,89 @@ class striped {
     std::atomic<std::uint64_t> written{0};
   };
 
-  /// One piece of a request: `length` bytes at `from` of the caller's buffer.
+  /// One piece of a request: `length` bytes at `from` of the caller's buffer, at `at` of the
+  /// member's object.
   struct piece {
     std::size_t from;
     std::size_t length;
+    std::uint64_t at;
   };
 
-  /// Cuts [offset, offset + length) into stripe-unit pieces and issues one request per member
-  /// touched, since a member may not run two requests on one object at once (the tier contract):
-  /// a member's pieces are contiguous in its object, so `issue(member, member_offset, pieces)`
-  /// moves them in one request (gathered into or scattered from a bounce buffer when there are
-  /// several). Joins the requests.
+  /// Cuts [offset, offset + length) into stripe-unit pieces, per member, and issues them with
+  /// `issue(member, piece)`: reads all at once; writes one after another per member (members
+  /// in parallel), since a member may not run two writes on one object at once (the tier
+  /// contract). No byte is copied. Joins everything.
   template <class Issue>
-  io_future split(std::uint64_t offset, std::size_t length, bool write, Issue&& issue) {
+  io_future split(std::uint64_t offset, std::size_t length, bool write, Issue issue) {
     const std::uint64_t unit = opts_.stripe_bytes;
     const auto n = static_cast<std::uint64_t>(members_.size());
     std::vector<std::vector<piece>> pieces(members_.size());
-    std::vector<std::uint64_t> start(members_.size(), 0);
     for (std::size_t done = 0; done < length;) {
       const std::uint64_t at = offset + done;
       const std::uint64_t k = at / unit;
       const std::uint64_t within = at % unit;
       const auto len = static_cast<std::size_t>(std::min<std::uint64_t>(unit - within, length - done));
-      const auto m = static_cast<std::size_t>(k % n);
-      if (pieces[m].empty()) start[m] = (k / n) * unit + within;
-      pieces[m].push_back({done, len});
+      pieces[static_cast<std::size_t>(k % n)].push_back({done, len, (k / n) * unit + within});
       done += len;
     }
     std::vector<io_future> parts;
     for (std::size_t m = 0; m < members_.size(); ++m) {
       if (pieces[m].empty()) continue;
-      std::uint64_t bytes = 0;
-      for (const auto& p : pieces[m]) bytes += p.length;
-      io_future f;
-      try {
-        f = issue(members_[m], start[m], std::span<const piece>(pieces[m]));
-      } catch (...) {
-        f = make_ready_io_future(std::current_exception());
+      if (write) {
+        parts.push_back(write_chain(m, std::move(pieces[m]), issue));
+        continue;
       }
-      auto& t = *totals_[m];
-      f.on_complete([&t, bytes, write](std::exception_ptr e) {
-        if (!e) (write ? t.written : t.read).fetch_add(bytes, std::memory_order_relaxed);
-      });
-      parts.push_back(std::move(f));
+      for (const auto& pc : pieces[m]) parts.push_back(counted(m, pc.length, false, issue_one(m, pc, issue)));
     }
     return when_all(std::move(parts));
   }
 
-  /// Writes `pieces` of `src` to `m` at `at`, in one request.
-  static io_future write_pieces(any_tier& m, std::string_view object, std::uint64_t at, std::span<const std::byte> src,
-                                std::span<const piece> pieces) {
-    if (pieces.size() == 1) return m.write(object, at, src.subspan(pieces[0].from, pieces[0].length));
-    std::size_t total = 0;
-    for (const auto& p : pieces) total += p.length;
-    auto bounce = std::make_shared<direct_io_buffer>(total);
-    std::size_t to = 0;
-    for (const auto& p : pieces) {
-      std::memcpy(bounce->data() + to, src.data() + p.from, p.length);
-      to += p.length;
+  template <class Issue>
+  io_future issue_one(std::size_t m, const piece& pc, Issue& issue) {
+    try {
+      return issue(members_[m], pc);
+    } catch (...) {
+      return make_ready_io_future(std::current_exception());
     }
-    auto f = m.write(object, at, std::span<const std::byte>(bounce->data(), total));
-    f.on_complete([bounce](std::exception_ptr) {});  // alive until the write completes
+  }
+
+  io_future counted(std::size_t m, std::size_t bytes, bool write, io_future f) {
+    auto& t = *totals_[m];
+    f.on_complete([&t, bytes, write](std::exception_ptr e) {
+      if (!e) (write ? t.written : t.read).fetch_add(bytes, std::memory_order_relaxed);
+    });
     return f;
   }
 
-  /// Reads `pieces` of `dst` from `m` at `at`, in one request.
-  static io_future read_pieces(any_tier& m, std::string_view object, std::uint64_t at, std::span<std::byte> dst,
-                               std::span<const piece> pieces) {
-    if (pieces.size() == 1) return m.read(object, at, dst.subspan(pieces[0].from, pieces[0].length));
-    std::size_t total = 0;
-    for (const auto& p : pieces) total += p.length;
-    auto bounce = std::make_shared<direct_io_buffer>(total);
-    auto f = m.read(object, at, std::span<std::byte>(bounce->data(), total));
-    // Scatters before the join completes: a continuation registered first runs first, and the
-    // caller's dst is alive until then.
-    f.on_complete([bounce, dst, list = std::vector<piece>(pieces.begin(), pieces.end())](std::exception_ptr e) {
-      if (e) return;
-      std::size_t from = 0;
-      for (const auto& p : list) {
-        std::memcpy(dst.data() + p.from, bounce->data() + from, p.length);
-        from += p.length;
+  /// Writes member m's pieces in order, each issued when the previous one completed (from its
+  /// completion); the first error ends the chain.
+  template <class Issue>
+  io_future write_chain(std::size_t m, std::vector<piece> list, Issue issue) {
+    struct chain {
+      striped* self;
+      std::size_t member;
+      std::vector<piece> list;
+      Issue issue;
+      std::size_t next = 0;
+      io_promise done;
+    };
+    auto c = std::make_shared<chain>(chain{this, m, std::move(list), std::move(issue), 0, io_promise{}});
+    auto result = c->done.get_future();
+    step_chain(c);
+    return result;
+  }
+
+  template <class Chain>
+  static void step_chain(const std::shared_ptr<Chain>& c) {
+    const piece pc = c->list[c->next++];
+    auto f = c->self->counted(c->member, pc.length, true, c->self->issue_one(c->member, pc, c->issue));
+    f.on_complete([c](std::exception_ptr e) {
+      if (e || c->next == c->list.size()) {
+        c->done.complete(e);
+        return;
       }
+      step_chain(c);
     });
-    return f;
   }
 
   /// The object's size: as written through this object, or found from its members' sizes.
