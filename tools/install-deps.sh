@@ -12,6 +12,7 @@ packages=(
   doctest-dev          # tests
   nlohmann-json3-dev   # tests: parse the Chrome trace JSON that strata writes
   libbenchmark-dev     # benchmarks
+  libopenmpi-dev openmpi-bin  # examples/mpi_train and its tests (optional: skipped without MPI)
 )
 
 missing=()
