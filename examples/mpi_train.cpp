@@ -11,9 +11,15 @@
 //      the final weights, are bit-identical for any rank count that divides --chunks;
 //   3. each rank steps its shard with offloaded_adamw, which writes the shard's bf16 weights;
 //   4. the weights are all-gathered (MPI_Allgatherv) into every rank's model.
-// The shared path of every rank is behind a node_limiter named after the node, so at most --io-limit
-// ranks of a node do I/O on it at once; ranks find their node's peers with
+// The shared path of every rank is behind node_limiters named after the node (one for reads and one
+// for writes, or one for both with --io-sharing shared), so at most --io-limit ranks of a node read,
+// and as many write, on it at once; ranks find their node's peers with
 // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). --io-log records every permit taken and given back.
+//
+// To see what that gate buys on one machine, --shared-cap and --local-cap emulate the node's links:
+// every rank's path goes through a throttled link named after the node, so all ranks of the node
+// share its bandwidth; --switch-cost is the time the shared link loses whenever it passes from one
+// request to another, with requests crossing it in --link-chunk pieces (bench/scripts/mpi_scaling.sh).
 //
 // Checkpoints (--checkpoint DIR, every --checkpoint-every steps): every rank saves its shard to
 // DIR/step-S/rank-r; after a barrier (all shards durable) rank 0 writes the model and the job's
@@ -64,7 +70,11 @@ using mlp_example::workspace;
 struct mpi_config : config {
   std::size_t io_limit = 1;           // ranks of a node on the shared path at once (0: no limiter)
   std::size_t chunks = 4;             // micro-chunks per batch (the rank count must divide it)
-  double shared_cap = 0;              // bytes/s cap of each rank's shared path (0: none)
+  strata::rw_sharing io_sharing = strata::rw_sharing::separate;  // one gate per direction, or one for both
+  double shared_cap = 0;              // bytes/s of the node's emulated shared link (0: not emulated)
+  double local_cap = 0;               // bytes/s of the node's emulated local link (0: not emulated)
+  std::uint64_t link_chunk = 1 << 20;  // pieces requests cross an emulated link in
+  std::chrono::microseconds switch_cost{0};  // the shared link's loss per change of request
   fs::path checkpoint;                // job checkpoints (empty: none)
   std::size_t checkpoint_every = 0;   // steps between checkpoints (0: only at the end)
   bool resume = false;
@@ -83,8 +93,13 @@ std::string usage() {
       "{}"
       "  --path DIR        give two: the node-local directory, then the shared one (each rank uses DIR/rank-r)\n"
       "  --threads N       threads per rank for forward, backward and the update; default: all CPUs / ranks on the node\n"
-      "  --io-limit N      ranks of a node doing I/O on the shared path at once (a node_limiter); 0: no limit; default 1\n"
-      "  --shared-cap BW   cap each rank's shared path at BW bytes/s (e.g. 500MB), to emulate a slow link\n"
+      "  --io-limit N      ranks of a node reading (and writing) on the shared path at once (node_limiters); 0: no\n"
+      "                    limit; default 1\n"
+      "  --io-sharing S    separate (default): one limit for reads, one for writes; shared: one limit for both\n"
+      "  --shared-cap BW   emulate the node's shared link: BW bytes/s each way (e.g. 500MB) for all its ranks together\n"
+      "  --local-cap BW    emulate the node's local link (NVMe) the same way\n"
+      "  --switch-cost US  microseconds the emulated shared link loses whenever it passes to another request\n"
+      "  --link-chunk B    requests cross an emulated link in pieces of B bytes, interleaving; default 1MiB\n"
       "  --chunks M        micro-chunks per batch, reduced in a fixed order; the rank count must divide it; default 4\n"
       "  --checkpoint DIR  save a job checkpoint there (on shared storage) every --checkpoint-every steps and at the end\n"
       "  --checkpoint-every N  steps between checkpoints; default: only at the end\n"
@@ -150,70 +165,84 @@ placement find_placement() {
   return p;
 }
 
-/// A node_limiter name from the node's name: letters, digits, '.', '_' and '-' only.
-std::string limiter_name(const std::string& node) {
-  std::string s = "mpi-train-shared-";
+/// A node-wide object's name (limiter, link) from the node's name: letters, digits, '.', '_' and '-'.
+std::string node_object_name(const std::string& what, const std::string& node) {
+  std::string s = "mpi-train-" + what + "-";
   for (char ch : node) s += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-') ? ch : '_';
   return s.substr(0, 120);
 }
 
 // --- the shared path's limiter, logged ---------------------------------------------------------------
 
-/// A strata::limiter that forwards to a node_limiter and records, with CLOCK_MONOTONIC (one clock
-/// for every process of a node), each permit taken (+1, after it is held) and given back (-1,
-/// before it is released), so merging every rank's log shows how many held one at once.
-class logged_limiter {
+/// Every permit of the shared path's gates taken (+1, after it is held) and given back (-1, before
+/// it is released), with CLOCK_MONOTONIC (one clock for every process of a node) and the gate
+/// ('r', 'w', or 'b' for both), so merging every rank's log shows how many held one at once.
+class permit_log {
  public:
-  explicit logged_limiter(strata::node_limiter& inner) : inner_(inner) {}
-  void acquire() {
-    inner_.acquire();
-    note(+1);
-  }
-  bool try_acquire() {
-    if (!inner_.try_acquire()) return false;
-    note(+1);
-    return true;
-  }
-  template <class Rep, class Period>
-  bool try_acquire_for(std::chrono::duration<Rep, Period> t) {
-    if (!inner_.try_acquire_for(t)) return false;
-    note(+1);
-    return true;
-  }
-  strata::completion acquire_async() {
-    auto c = inner_.acquire_async();
-    c.on_complete([this](std::exception_ptr e) {  // registered first: runs before the request is issued
-      if (!e) note(+1);
-    });
-    return c;
-  }
-  void release() noexcept {
-    note(-1);
-    inner_.release();
-  }
-  /// Writes the log ("<ns> <+1|-1>" per line); io_error naming the file on failure.
-  void write(const fs::path& file) const {
-    std::ofstream out(file);
-    std::lock_guard lock(mutex_);
-    for (const auto& [ns, d] : events_) out << ns << ' ' << d << '\n';
-    out.close();
-    if (!out) throw strata::io_error("write --io-log", file.string(), EIO);
-  }
-
- private:
-  void note(int d) noexcept {
+  void note(int d, char gate) noexcept {
     timespec ts{};
     ::clock_gettime(CLOCK_MONOTONIC, &ts);
     const std::int64_t ns = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
     try {
       std::lock_guard lock(mutex_);
-      events_.emplace_back(ns, d);
+      events_.push_back({ns, d, gate});
     } catch (...) {  // out of memory: the log loses an event, the run goes on
     }
   }
-  strata::node_limiter& inner_;
+  /// Writes the log ("<ns> <+1|-1> <gate>" per line); io_error naming the file on failure.
+  void write(const fs::path& file) const {
+    std::ofstream out(file);
+    std::lock_guard lock(mutex_);
+    for (const auto& e : events_) out << e.ns << ' ' << e.d << ' ' << e.gate << '\n';
+    out.close();
+    if (!out) throw strata::io_error("write --io-log", file.string(), EIO);
+  }
+
+ private:
+  struct event {
+    std::int64_t ns;
+    int d;
+    char gate;
+  };
   mutable std::mutex mutex_;
-  std::vector<std::pair<std::int64_t, int>> events_;
+  std::vector<event> events_;
+};
+
+/// A strata::limiter that forwards to a node_limiter and notes each permit in a permit_log.
+class logged_limiter {
+ public:
+  logged_limiter(strata::node_limiter& inner, permit_log& log, char gate) : inner_(inner), log_(log), gate_(gate) {}
+  void acquire() {
+    inner_.acquire();
+    log_.note(+1, gate_);
+  }
+  bool try_acquire() {
+    if (!inner_.try_acquire()) return false;
+    log_.note(+1, gate_);
+    return true;
+  }
+  template <class Rep, class Period>
+  bool try_acquire_for(std::chrono::duration<Rep, Period> t) {
+    if (!inner_.try_acquire_for(t)) return false;
+    log_.note(+1, gate_);
+    return true;
+  }
+  strata::completion acquire_async() {
+    auto c = inner_.acquire_async();
+    c.on_complete([this](std::exception_ptr e) {  // registered first: runs before the request is issued
+      if (!e) log_.note(+1, gate_);
+    });
+    return c;
+  }
+  void release() noexcept {
+    log_.note(-1, gate_);
+    inner_.release();
+  }
+
+ private:
+  strata::node_limiter& inner_;
+  permit_log& log_;
+  char gate_;
 };
 static_assert(strata::limiter<logged_limiter>);
 
@@ -223,39 +252,56 @@ using tier_type = strata::dynamic_multipath<strata::bandwidth_proportional>;
 using optimizer_type = strata::offloaded_adamw<tier_type, strata::sweep_aware, strata::alternating>;
 using preset = strata::presets::strata_preset;
 
-/// The rank's two paths: node-local, and shared behind the node's limiter (and a cap, if given).
+/// The rank's two paths: node-local, and shared behind the node's gates; each over the node's
+/// emulated link when its cap is given.
 struct rank_paths {
-  std::unique_ptr<strata::node_limiter> node_lock;
-  std::unique_ptr<logged_limiter> logged;
+  std::optional<strata::rw_limiter<strata::node_limiter>> gates;
+  permit_log log;
+  std::optional<strata::rw_limiter<logged_limiter>> logged;
   std::unique_ptr<tier_type> tier;
   std::vector<fs::path> dirs;
 };
 
-rank_paths make_paths(const mpi_config& c, const placement& p) {
-  rank_paths rp;
+std::unique_ptr<rank_paths> make_paths(const mpi_config& c, const placement& p) {
+  auto rp = std::make_unique<rank_paths>();
   const std::string sub = fmt::format("rank-{}", p.rank);
-  rp.dirs = {c.paths[0] / sub, c.paths[1] / sub};
-  std::vector<strata::any_tier> paths;
-  strata::file_tier_options local = mlp_example::state_path(rp.dirs[0]);
-  local.name = "local";
-  local.read_bandwidth = local.write_bandwidth = 2e9;  // declared: placement splits by these
-  paths.push_back(strata::any_tier::make<strata::checksummed<strata::file_tier>>(
-      strata::checksum_options{.block_bytes = 64 * 1024}, local));
-  strata::file_tier_options shared = mlp_example::state_path(rp.dirs[1]);
-  shared.name = "shared";
-  shared.read_bandwidth = shared.write_bandwidth = c.shared_cap > 0 ? c.shared_cap : 1e9;
-  const strata::throttle_options cap{c.shared_cap, c.shared_cap, {}};
+  rp->dirs = {c.paths[0] / sub, c.paths[1] / sub};
+  const auto node_ranks = static_cast<double>(p.node_ranks);
+  // One path's file tier, declaring this rank's share of the node's link (placement splits by it),
+  // and the emulated link's options (a bandwidth of 0: not emulated).
+  const auto path = [&](std::size_t k, const char* name, double cap, double otherwise) {
+    strata::file_tier_options f = mlp_example::state_path(rp->dirs[k]);
+    f.name = name;
+    f.read_bandwidth = f.write_bandwidth = cap > 0 ? cap / node_ranks : otherwise;
+    strata::throttle_options link{.read_bandwidth = cap, .write_bandwidth = cap};
+    if (cap > 0) {
+      link.link = node_object_name(fmt::format("{}-link", name), p.node);
+      link.chunk_bytes = c.link_chunk;
+      if (k == 1) link.switch_cost = c.switch_cost;
+    }
+    return std::pair{f, link};
+  };
   const strata::checksum_options sums{.block_bytes = 64 * 1024};
+  std::vector<strata::any_tier> paths;
+  const auto [local, local_link] = path(0, "local", c.local_cap, 2e9);
+  paths.push_back(strata::any_tier::make<strata::checksummed<strata::throttled<strata::file_tier>>>(sums, local_link, local));
+  const auto [shared, shared_link] = path(1, "shared", c.shared_cap, 1e9);
   if (c.io_limit > 0) {
-    rp.node_lock = std::make_unique<strata::node_limiter>(limiter_name(p.node), c.io_limit);
-    rp.logged = std::make_unique<logged_limiter>(*rp.node_lock);
+    rp->gates = strata::make_node_rw_limiter(node_object_name("shared", p.node), c.io_limit, c.io_sharing);
+    const auto logged = [&](strata::node_limiter& l, char gate) {
+      return std::make_shared<logged_limiter>(l, rp->log, gate);
+    };
+    if (c.io_sharing == strata::rw_sharing::shared)
+      rp->logged.emplace(logged(rp->gates->reads(), 'b'));
+    else
+      rp->logged.emplace(logged(rp->gates->reads(), 'r'), logged(rp->gates->writes(), 'w'));
     paths.push_back(
         strata::any_tier::make<strata::checksummed<strata::limited<strata::throttled<strata::file_tier>, logged_limiter>>>(
-            sums, *rp.logged, cap, shared));
+            sums, *rp->logged, shared_link, shared));
   } else {
-    paths.push_back(strata::any_tier::make<strata::checksummed<strata::throttled<strata::file_tier>>>(sums, cap, shared));
+    paths.push_back(strata::any_tier::make<strata::checksummed<strata::throttled<strata::file_tier>>>(sums, shared_link, shared));
   }
-  rp.tier = std::make_unique<tier_type>(strata::bandwidth_proportional{}, std::move(paths), "paths");
+  rp->tier = std::make_unique<tier_type>(strata::bandwidth_proportional{}, std::move(paths), "paths");
   return rp;
 }
 
@@ -389,7 +435,7 @@ int run(const mpi_config& c, const placement& p) {
   std::vector<strata::bf16> model = mlp_example::to_bf16(init);
   const strata::adamw_options adamw{.lr = c.lr, .weight_decay = c.weight_decay};
 
-  rank_paths rp = make_paths(c, p);
+  const auto rp = make_paths(c, p);
   const auto options = preset::options(mine, adamw, mlp_example::offload_base(c, mine));
   std::size_t start = 0;  // steps already done
   std::optional<optimizer_type> opt;
@@ -406,20 +452,31 @@ int run(const mpi_config& c, const placement& p) {
     in.read(reinterpret_cast<char*>(model.data()), static_cast<std::streamsize>(n * sizeof(strata::bf16)));
     if (!in || strata::checksum64(std::as_bytes(std::span<const strata::bf16>(model))) != m.model_checksum)
       throw strata::integrity_error("model", (dir / "model.bin").string(), 0, "short or damaged");
-    opt.emplace(optimizer_type::load(dir / fmt::format("rank-{}", p.rank), *rp.tier, options));
+    opt.emplace(optimizer_type::load(dir / fmt::format("rank-{}", p.rank), *rp->tier, options));
     start = m.step;
   } else {
-    opt.emplace(*rp.tier, std::span<const float>(init).subspan(lo, mine), adamw, options);
+    opt.emplace(*rp->tier, std::span<const float>(init).subspan(lo, mine), adamw, options);
   }
   if (p.rank == 0) {
     std::printf("mpi_train: MLP %s (%zu parameters, bf16), %d ranks on %s (%d of them on this node), shards of about "
                 "%zu, %zu micro-chunks of %zu samples per batch of %zu, %zu threads per rank\n",
                 net.describe().c_str(), n, p.ranks, p.node.c_str(), p.node_ranks, mine, c.chunks, chunk_size, c.batch,
                 c.threads);
-    std::printf("rank 0: %zu subgroups, paths %s and %s, shared path limiter %s\n", opt->subgroup_count(),
-                rp.dirs[0].c_str(), rp.dirs[1].c_str(),
-                c.io_limit ? fmt::format("'{}' ({} of the node's ranks at once)", limiter_name(p.node), c.io_limit).c_str()
-                           : "none");
+    const std::string gate =
+        c.io_limit == 0 ? std::string("none")
+                        : fmt::format("'{}' ({} of the node's ranks at once, {})", node_object_name("shared", p.node),
+                                      c.io_limit,
+                                      c.io_sharing == strata::rw_sharing::separate ? "reads and writes each" : "reads and writes together");
+    const auto link = [](double cap) {
+      return cap > 0 ? fmt::format(" over an emulated node link of {}/s", strata::format_size(static_cast<std::uint64_t>(cap)))
+                     : std::string();
+    };
+    std::printf("rank 0: %zu subgroups, paths %s%s and %s%s, shared path limiter %s\n", opt->subgroup_count(),
+                rp->dirs[0].c_str(), link(c.local_cap).c_str(), rp->dirs[1].c_str(), link(c.shared_cap).c_str(),
+                gate.c_str());
+    if (c.shared_cap > 0 && c.switch_cost.count() > 0)
+      std::printf("shared link: %lld us lost per change of request, %s pieces\n",
+                  static_cast<long long>(c.switch_cost.count()), strata::format_size(c.link_chunk).c_str());
     if (c.resume) std::printf("resumed from step %zu\n", start);
     std::fflush(stdout);
   }
@@ -515,15 +572,17 @@ int run(const mpi_config& c, const placement& p) {
       mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, model.data(), model_counts.data(),
                                model_displs.data(), MPI_BYTE, MPI_COMM_WORLD),
                 "MPI_Allgatherv(weights)");
-      step_s += mlp_example::seconds_since(t0);
-      ++timed;
+      if (done > start || steps - start == 1) {  // the first step of a run warms caches: not timed, unless alone
+        step_s += mlp_example::seconds_since(t0);
+        ++timed;
+      }
       if (!c.checkpoint.empty() && c.checkpoint_every > 0 && (done + 1) % c.checkpoint_every == 0 && done + 1 < steps)
         save_job(c, p, *opt, model, done + 1);
     }
     if (done > start) evaluate(e + 1);
   }
   if (!c.checkpoint.empty()) save_job(c, p, *opt, model, steps);
-  if (rp.logged && !c.io_log.empty()) rp.logged->write(fs::path(c.io_log.string() + fmt::format(".rank-{}", p.rank)));
+  if (rp->logged && !c.io_log.empty()) rp->log.write(fs::path(c.io_log.string() + fmt::format(".rank-{}", p.rank)));
 
   // Per-rank step time and traffic, gathered on rank 0.
   const double mean = timed ? step_s / static_cast<double>(timed) : 0.0;
@@ -532,7 +591,7 @@ int run(const mpi_config& c, const placement& p) {
   int verdict = 0;
   if (p.rank == 0) {
     const auto [mn, mx] = std::minmax_element(means.begin(), means.end());
-    std::printf("step time per rank: mean %.4f s (min %.4f, max %.4f) over %zu steps\n",
+    std::printf("step time per rank: mean %.4f s (min %.4f, max %.4f) over %zu steps after the first\n",
                 std::accumulate(means.begin(), means.end(), 0.0) / static_cast<double>(means.size()), *mn, *mx, timed);
     const auto st = opt->stats();
     std::printf("rank 0 optimizer: %llu steps, cache hits %llu / misses %llu, read %s, written %s\n",
@@ -547,8 +606,8 @@ int run(const mpi_config& c, const placement& p) {
   if (!c.keep) {
     (void)opt->remove_state();
     opt.reset();
-    rp.tier.reset();
-    mlp_example::remove_empty_directories(rp.dirs);
+    rp->tier.reset();
+    mlp_example::remove_empty_directories(rp->dirs);
   }
   return verdict;
 }
@@ -572,6 +631,18 @@ int main(int argc, char** argv) {
           else if (opt == "--chunks") c.chunks = mlp_example::parse_number(opt, value(), 1, 1 << 16);
           else if (opt == "--shared-cap")
             c.shared_cap = static_cast<double>(mlp_example::parse_for(opt, value(), strata::parse_size));
+          else if (opt == "--local-cap")
+            c.local_cap = static_cast<double>(mlp_example::parse_for(opt, value(), strata::parse_size));
+          else if (opt == "--link-chunk")
+            c.link_chunk = mlp_example::parse_for(opt, value(), strata::parse_size);
+          else if (opt == "--switch-cost")
+            c.switch_cost = std::chrono::microseconds(mlp_example::parse_number(opt, value(), 0, 10'000'000));
+          else if (opt == "--io-sharing") {
+            const std::string v = value();
+            if (v == "separate") c.io_sharing = strata::rw_sharing::separate;
+            else if (v == "shared") c.io_sharing = strata::rw_sharing::shared;
+            else mlp_example::bad_usage("--io-sharing takes separate or shared");
+          }
           else if (opt == "--checkpoint") c.checkpoint = value();
           else if (opt == "--checkpoint-every") c.checkpoint_every = mlp_example::parse_number(opt, value(), 1, 1 << 30);
           else if (opt == "--resume") c.resume = true;

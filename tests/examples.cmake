@@ -64,6 +64,16 @@ if(MPI_CXX_FOUND)
                      -DWORK=${strata_examples_dir}/mpi_train -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi_train.cmake)
     set_tests_properties(strata_example_mpi_train_ranks_agree_limiter_holds_and_restart_works
                          PROPERTIES LABELS "example;multiprocess;mpi" TIMEOUT 600)
+    # The scaling benchmark's script, on a tiny model: one table row per switch cost and rank count.
+    add_test(NAME strata_bench_mpi_scaling_script_prints_its_table
+             COMMAND bash -c "set -o pipefail; rm -rf \"$3\"; \"$0\" --mpirun \"$1\" --mpi-train \"$2\" --dir \"$3\" \
+                              --ranks '1 2' --switch-costs '0 500' --repeat 1 -- --hidden 64 --layers 2 \
+                              | tee /dev/stderr | grep -c '^| [0-9]* us | [12] | [0-9.]* / [0-9.]* | [0-9.]* / [0-9.]* | [0-9.]*x |$' \
+                              | grep -qx 4"
+                     ${PROJECT_SOURCE_DIR}/bench/scripts/mpi_scaling.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:mpi_train>
+                     ${strata_examples_dir}/mpi_scaling)
+    set_tests_properties(strata_bench_mpi_scaling_script_prints_its_table PROPERTIES LABELS "example;multiprocess;mpi"
+                         TIMEOUT 600 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:abort_on_error=1")
   endif()
   add_test(NAME strata_example_mpi_train_rejects_one_path
            COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2 "-DEXPECT_OUTPUT=^mpi_train: give --path twice"

@@ -60,25 +60,10 @@
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/fs.hpp"
+#include "strata/core/node_dir.hpp"
 #include "strata/sync/limiter.hpp"
 
 namespace strata {
-
-/// Where node limiters keep their files when no directory is given: $STRATA_NODE_LIMITER_DIR
-/// (an absolute path), else /dev/shm/strata-<uid> (tmpfs: nothing touches a disk), else
-/// /tmp/strata-<uid>. Per user, so that two users' jobs on one node never trip over each other's
-/// file permissions.
-[[nodiscard]] inline std::filesystem::path default_node_limiter_dir() {
-  if (auto v = env_raw("STRATA_NODE_LIMITER_DIR")) {
-    if (!std::filesystem::path(*v).is_absolute())
-      detail::bad_env("STRATA_NODE_LIMITER_DIR", *v, "must be an absolute path (every process must see the same one)");
-    return *v;
-  }
-  const auto user = fmt::format("strata-{}", ::getuid());
-  std::error_code ec;
-  if (std::filesystem::is_directory("/dev/shm", ec)) return std::filesystem::path("/dev/shm") / user;
-  return std::filesystem::path("/tmp") / user;
-}
 
 class node_limiter {
  public:
@@ -89,13 +74,13 @@ class node_limiter {
   /// old one otherwise.
   node_limiter(std::string name, std::size_t permits, std::filesystem::path directory = {})
       : name_(std::move(name)), permits_(permits) {
-    check_name(name_);
+    detail::check_node_name("node_limiter", name_);
     STRATA_EXPECTS(permits >= 1 && permits <= max_permits, config_error,
                    "node_limiter '{}': permits must be in [1, {}], got {}", name_, max_permits, permits);
     if (directory.empty()) directory = default_node_limiter_dir();
     dir_ = directory / name_;
-    make_directory(directory);
-    make_directory(dir_);
+    detail::make_directories(directory);
+    detail::make_directories(dir_);
     lock_path_ = dir_ / "queue.lock";
     lock_fd_ = open_file(lock_path_, O_RDWR | O_CREAT, 0644);
     std::lock_guard self(mutex_);
@@ -212,25 +197,6 @@ class node_limiter {
     std::uint64_t permits = 0;
     std::uint64_t next_ticket = 0;
   };
-
-  static void check_name(const std::string& name) {
-    const bool ok = !name.empty() && name.size() <= 200 && name.front() != '.' &&
-                    std::all_of(name.begin(), name.end(), [](char c) {
-                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                             c == '.' || c == '_' || c == '-';
-                    });
-    STRATA_EXPECTS(ok, config_error,
-                   "node_limiter: invalid name \"{}\": use 1 to 200 letters, digits, '.', '_' or '-', not "
-                   "starting with '.'",
-                   name);
-  }
-
-  static void make_directory(const std::filesystem::path& dir) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw io_error("mkdir", dir, ec.value());
-    if (!std::filesystem::is_directory(dir, ec)) throw io_error("mkdir", dir, ENOTDIR);
-  }
 
   // Under queue_lock. Reads the header and reconciles the cap.
   header read_header() {

@@ -2,22 +2,33 @@
 /// throttled<Tier>: shapes a tier's bandwidth and adds latency, to emulate a slower device (a PFS
 /// link, an object store) on one machine in tests and benchmarks.
 ///
-/// All requests in one direction share one link: each reserves the next `bytes / bandwidth`
-/// seconds of it when issued, so concurrent requests add up to the cap, not past it. A request
-/// completes at the end of its slot plus `latency`, or when the inner tier finishes if that is
+/// All requests in one direction share one link: each reserves `bytes / bandwidth` seconds of it,
+/// in the order they are issued, so concurrent requests add up to the cap, not past it. A request
+/// completes at the end of its last slot plus `latency`, or when the inner tier finishes if that is
 /// later. Bandwidths may be changed at run time (set_bandwidth); later requests see the new cap.
+///
+/// The link is the adaptor's own unless `link` names one: then every throttled tier on the node
+/// that names it, in any process, shares its time (each with its own caps, which should agree),
+/// as the ranks of a node share their link to a PFS. With `chunk_bytes`, a request crosses the link
+/// in pieces, each reserved while the one before is half done, so concurrent requests interleave
+/// piece by piece as on a real link; `switch_cost` is what the link loses each time it passes from
+/// one request to another (seeks, lock and stream hand-over), the interference that node-wide
+/// concurrency control (node_limiter) exists to avoid.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 
 #include "strata/core/expects.hpp"
 #include "strata/tier/adaptor_base.hpp"
 #include "strata/tier/detail/inflight_counter.hpp"
+#include "strata/tier/detail/link_timeline.hpp"
 #include "strata/tier/detail/timer_thread.hpp"
 #include "strata/tier/io_future.hpp"
 #include "strata/tier/tier.hpp"
@@ -29,6 +40,14 @@ struct throttle_options {
   double read_bandwidth = 0;   ///< bytes/s
   double write_bandwidth = 0;  ///< bytes/s
   std::chrono::microseconds latency{0};  ///< added to every request
+  /// Empty: the adaptor's own link. A name (letters, digits, '.', '_', '-'): the node-wide link of
+  /// that name, shared with every throttled tier of every process on the node that names it (its
+  /// file: default_node_limiter_dir()/link-<name>).
+  std::string link{};
+  /// Requests cross the link in pieces of this many bytes (0: each in one piece).
+  std::uint64_t chunk_bytes = 0;
+  /// Link time lost whenever consecutive pieces belong to different requests.
+  std::chrono::microseconds switch_cost{0};
 };
 
 template <class Inner>
@@ -40,7 +59,11 @@ class throttled : public detail::adaptor_base<Inner> {
 
   template <class... Args>
   explicit throttled(throttle_options o, Args&&... inner_args)
-      : base(std::in_place, std::forward<Args>(inner_args)...), opts_(o), timer_("throttle") {
+      : base(std::in_place, std::forward<Args>(inner_args)...),
+        opts_(o),
+        link_(o.link.empty() ? std::unique_ptr<detail::link_timeline>(std::make_unique<detail::local_link>())
+                             : std::make_unique<detail::node_link>(o.link)),
+        timer_("throttle") {
     validate(o);
   }
   throttled(const throttled&) = delete;
@@ -49,12 +72,10 @@ class throttled : public detail::adaptor_base<Inner> {
   ~throttled() { inflight_.wait_zero(); }
 
   io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
-    const auto deadline = reserve(write_free_, opts_.write_bandwidth, bytes.size());
-    return delay(this->inner_.write(object, offset, bytes), deadline);
+    return shape(1, bytes.size(), this->inner_.write(object, offset, bytes));
   }
   io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
-    const auto deadline = reserve(read_free_, opts_.read_bandwidth, dst.size());
-    return delay(this->inner_.read(object, offset, dst), deadline);
+    return shape(0, dst.size(), this->inner_.read(object, offset, dst));
   }
 
   /// Changes the caps for requests issued from now on (0 = unshaped).
@@ -87,47 +108,98 @@ class throttled : public detail::adaptor_base<Inner> {
 
  private:
   static void validate(const throttle_options& o) {
-    STRATA_EXPECTS(o.read_bandwidth >= 0 && o.write_bandwidth >= 0 && o.latency.count() >= 0, config_error,
-                   "throttled: bandwidths and latency must not be negative (read {}, write {}, latency {} us)",
-                   o.read_bandwidth, o.write_bandwidth, o.latency.count());
+    STRATA_EXPECTS(o.read_bandwidth >= 0 && o.write_bandwidth >= 0 && o.latency.count() >= 0 &&
+                       o.switch_cost.count() >= 0,
+                   config_error,
+                   "throttled: bandwidths, latency and switch cost must not be negative (read {}, write {}, latency {} "
+                   "us, switch cost {} us)",
+                   o.read_bandwidth, o.write_bandwidth, o.latency.count(), o.switch_cost.count());
   }
 
-  clock::time_point reserve(clock::time_point& next_free, double bandwidth, std::uint64_t bytes) {
-    std::lock_guard lock(mutex_);
-    const auto now = clock::now();
-    auto finish = now;
-    if (bandwidth > 0) {
-      const auto start = std::max(now, next_free);
-      finish = start + std::chrono::duration_cast<clock::duration>(
-                           std::chrono::duration<double>(static_cast<double>(bytes) / bandwidth));
-      next_free = finish;
+  // One request on its way over the link. Done when both the inner tier has finished and the
+  // link has carried the last piece (plus latency); an inner failure completes it at once.
+  struct transfer {
+    io_promise promise;
+    std::mutex mutex;
+    int dir = 0;
+    std::uint64_t tag = 0;
+    std::uint64_t left = 0;  // bytes not yet reserved
+    double bandwidth = 0;
+    std::uint64_t chunk = 0;
+    clock::duration switch_cost{};
+    clock::duration latency{};
+    int arrived = 0;  // of the two events above
+    bool failed = false;
+  };
+
+  io_future shape(int dir, std::uint64_t bytes, io_future inner) {
+    auto t = std::make_shared<transfer>();
+    {
+      std::lock_guard lock(mutex_);
+      t->bandwidth = dir == 0 ? opts_.read_bandwidth : opts_.write_bandwidth;
+      t->chunk = opts_.chunk_bytes;
+      t->switch_cost = opts_.switch_cost;
+      t->latency = opts_.latency;
     }
-    return finish + opts_.latency;
-  }
-
-  io_future delay(io_future inner, clock::time_point deadline) {
-    io_promise p;
-    auto out = p.get_future();
+    t->dir = dir;
+    t->left = t->bandwidth > 0 ? bytes : 0;
+    auto out = t->promise.get_future();
     inflight_.add();
-    auto shared = std::make_shared<io_promise>(std::move(p));
-    inner.on_complete([this, deadline, shared](std::exception_ptr e) {
-      if (e || clock::now() >= deadline) {
-        shared->complete(e);
-        inflight_.done();
-        return;
+    if (t->left > 0) t->tag = link_->new_tag();
+    next_piece(t);  // reserves the first piece now, in issue order
+    inner.on_complete([this, t](std::exception_ptr e) {
+      if (e) {
+        {
+          std::lock_guard lock(t->mutex);
+          t->failed = true;
+        }
+        t->promise.set_exception(e);  // at once; the link's part only stops
       }
-      timer_.at(deadline, [this, shared] {
-        shared->set_value();
-        inflight_.done();
-      });
+      arrive(t);
     });
     return out;
   }
 
+  // Reserves the next piece; the one after it is reserved when this one is half carried, so that
+  // other requests' pieces can come in between. After the last, waits for its end.
+  void next_piece(const std::shared_ptr<transfer>& t) {
+    const auto now = clock::now();
+    bool failed;
+    {
+      std::lock_guard lock(t->mutex);
+      failed = t->failed;
+    }
+    if (failed || t->left == 0) {  // an unshaped direction, or a request that failed
+      if (failed || t->latency == clock::duration::zero()) arrive(t);
+      else timer_.at(now + t->latency, [this, t] { arrive(t); });
+      return;
+    }
+    const std::uint64_t piece = t->chunk > 0 ? std::min(t->chunk, t->left) : t->left;
+    t->left -= piece;
+    const auto length = std::chrono::duration_cast<clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(piece) / t->bandwidth));
+    const auto slot = link_->reserve(t->dir, now, length, t->tag, t->switch_cost);
+    if (t->left == 0) {
+      timer_.at(slot.end + t->latency, [this, t] { arrive(t); });
+      return;
+    }
+    timer_.at(slot.start + (slot.end - slot.start) / 2, [this, t] { next_piece(t); });
+  }
+
+  void arrive(const std::shared_ptr<transfer>& t) noexcept {
+    bool ok;
+    {
+      std::lock_guard lock(t->mutex);
+      if (++t->arrived < 2) return;
+      ok = !t->failed;
+    }
+    if (ok) t->promise.set_value();
+    inflight_.done();
+  }
+
   mutable std::mutex mutex_;
   throttle_options opts_;
-  clock::time_point read_free_{};
-  clock::time_point write_free_{};
+  std::unique_ptr<detail::link_timeline> link_;
   detail::timer_thread timer_;
   detail::inflight_counter inflight_;  // destroyed first: its wait guards the members above
 };
