@@ -591,8 +591,9 @@ int run(const mpi_config& c, const placement& p) {
   int verdict = 0;
   if (p.rank == 0) {
     const auto [mn, mx] = std::minmax_element(means.begin(), means.end());
-    std::printf("step time per rank: mean %.4f s (min %.4f, max %.4f) over %zu steps after the first\n",
-                std::accumulate(means.begin(), means.end(), 0.0) / static_cast<double>(means.size()), *mn, *mx, timed);
+    std::printf("step time per rank: mean %.4f s (min %.4f, max %.4f) over %zu steps%s\n",
+                std::accumulate(means.begin(), means.end(), 0.0) / static_cast<double>(means.size()), *mn, *mx, timed,
+                steps - start > 1 ? " after the first" : "");
     const auto st = opt->stats();
     std::printf("rank 0 optimizer: %llu steps, cache hits %llu / misses %llu, read %s, written %s\n",
                 static_cast<unsigned long long>(st.steps), static_cast<unsigned long long>(st.cache_hits),
