@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <type_traits>
@@ -140,6 +141,16 @@ TEST_CASE("a link's slots come in the order asked for; another request's slot fi
     strata::detail::node_link c("test-link", dir.path());  // a later opener sees the same time line
     CHECK(c.reserve(0, at(0), 1ms, c.new_tag(), 0ms).start == at(63));
   }
+  SUBCASE("a node link file that is not one (another version, a reboot's leftover) is set up again") {
+    {
+      std::ofstream junk(dir.path() / "link-junk", std::ios::binary);
+      const std::string ones(4096, '\xff');
+      junk << ones;
+    }
+    strata::detail::node_link l("junk", dir.path());
+    CHECK(l.reserve(0, at(0), 1ms, l.new_tag(), 5ms).start == at(0));
+    CHECK(l.new_tag() == 2);
+  }
   CHECK_THROWS_WITH_AS(strata::detail::node_link("../x", dir.path()), doctest::Contains("invalid name"),
                        strata::config_error);
 }
@@ -175,12 +186,24 @@ TEST_CASE("chunked requests on one link interleave piece by piece and pay the sw
   constexpr int pieces = 8;
   const auto piece_time = std::chrono::duration<double>(static_cast<double>(piece) / bw);
   const auto data = random_bytes(piece * pieces, 3);
+  const auto blocker = random_bytes(1600 * 1024, 4);  // 195 ms in one piece
+  const auto blocker_time = std::chrono::duration<double>(static_cast<double>(blocker.size()) / bw);
   for (const auto cost : {0ms, 10ms}) {
     CAPTURE(cost.count());
-    strata::throttled<strata::host_tier> t(
-        strata::throttle_options{.read_bandwidth = bw, .write_bandwidth = bw, .chunk_bytes = piece, .switch_cost = cost},
-        host("pfs"));
+    node_link_file file;
+    // The link is busy with another tier's request while both chunked requests are issued, so
+    // both first pieces are queued before either can reserve its second, however slowly this
+    // thread issues them.
+    strata::throttled<strata::host_tier> other(
+        strata::throttle_options{.read_bandwidth = bw, .write_bandwidth = bw, .link = file.name}, host("other"));
+    strata::throttled<strata::host_tier> t(strata::throttle_options{.read_bandwidth = bw,
+                                                                    .write_bandwidth = bw,
+                                                                    .link = file.name,
+                                                                    .chunk_bytes = piece,
+                                                                    .switch_cost = cost},
+                                           host("pfs"));
     const auto t0 = clk::now();
+    auto busy = other.write("blocker", 0, blocker);
     std::promise<clk::time_point> first_end;
     auto first = t.write("a", 0, data);
     first.on_complete([&](std::exception_ptr) { first_end.set_value(clk::now()); });
@@ -188,11 +211,12 @@ TEST_CASE("chunked requests on one link interleave piece by piece and pay the sw
     second.get();
     const auto all_done = clk::now();
     const auto first_done = first_end.get_future().get();
-    // Pieces alternate a, b, a, b, ...: the first request ends one piece before the second,
-    // and every turn but the first costs the switch. Lower bounds, whatever the load; one after
-    // the other (no chunks) the first would be done after `pieces` pieces.
-    CHECK(first_done - t0 >= (2 * pieces - 1) * piece_time + (2 * pieces - 2) * cost - 1ms);
-    CHECK(all_done - t0 >= 2 * pieces * piece_time + (2 * pieces - 1) * cost - 1ms);
+    busy.get();
+    // Pieces alternate a, b, a, b, ... after the blocker: the first request ends one piece before
+    // the second, and every turn but the first costs the switch. Lower bounds, whatever the load;
+    // one after the other (no chunks) the first would be done `pieces` pieces after the blocker.
+    CHECK(first_done - t0 >= blocker_time + (2 * pieces - 1) * piece_time + (2 * pieces - 2) * cost - 1ms);
+    CHECK(all_done - t0 >= blocker_time + 2 * pieces * piece_time + (2 * pieces - 1) * cost - 1ms);
   }
 }
 

@@ -148,21 +148,34 @@ class throttled : public detail::adaptor_base<Inner> {
     if (t->left > 0) t->tag = link_->new_tag();
     next_piece(t);  // reserves the first piece now, in issue order
     inner.on_complete([this, t](std::exception_ptr e) {
-      if (e) {
-        {
-          std::lock_guard lock(t->mutex);
-          t->failed = true;
-        }
-        t->promise.set_exception(e);  // at once; the link's part only stops
-      }
+      if (e) fail(t, e);  // at once; the link's part only stops
       arrive(t);
     });
     return out;
   }
 
+  static void fail(const std::shared_ptr<transfer>& t, std::exception_ptr e) noexcept {
+    {
+      std::lock_guard lock(t->mutex);
+      t->failed = true;
+    }
+    t->promise.set_exception(std::move(e));  // a promise completes once: a second failure is dropped
+  }
+
   // Reserves the next piece; the one after it is reserved when this one is half carried, so that
-  // other requests' pieces can come in between. After the last, waits for its end.
-  void next_piece(const std::shared_ptr<transfer>& t) {
+  // other requests' pieces can come in between. After the last, waits for its end. Runs on the
+  // caller's thread first, then on the timer's: a failure (of a node link's lock, say) fails the
+  // request instead of escaping.
+  void next_piece(const std::shared_ptr<transfer>& t) noexcept {
+    try {
+      carry(t);
+    } catch (...) {
+      fail(t, std::current_exception());
+      arrive(t);
+    }
+  }
+
+  void carry(const std::shared_ptr<transfer>& t) {
     const auto now = clock::now();
     bool failed;
     {
