@@ -5,7 +5,9 @@
 #include <string>
 
 #include "strata/core/env.hpp"
+#include "strata/core/node_dir.hpp"
 #include "strata/core/thread_pool.hpp"
+#include "strata/tier/file_tier.hpp"
 
 namespace {
 // Sets a variable for one scope and restores the previous state after.
@@ -32,14 +34,47 @@ class scoped_env {
 };
 }  // namespace
 
-TEST_CASE("unset and empty variables give the default") {
+TEST_CASE("unset variables give the default") {
   ::unsetenv("STRATA_TEST_X");
-  CHECK(strata::env_integer<int>("STRATA_TEST_X", 5) == 5);
-  scoped_env e("STRATA_TEST_X", "");
   CHECK(strata::env_integer<int>("STRATA_TEST_X", 5) == 5);
   CHECK(strata::env_size("STRATA_TEST_X", 42) == 42);
   CHECK(strata::env_bool("STRATA_TEST_X", true));
   CHECK(strata::env_choice("STRATA_TEST_X", {"a", "b"}, "b") == "b");
+  CHECK_FALSE(strata::env_raw("STRATA_TEST_X").has_value());
+}
+
+// A set but empty variable is a value gone missing in a script, not a request for the default:
+// every reader kind refuses it, naming the variable.
+TEST_CASE("a set but empty variable is refused by every reader, naming it") {
+  scoped_env e("STRATA_TEST_X", "");
+  const auto msg = "environment variable STRATA_TEST_X is set but empty: unset it or give a value";
+  CHECK_THROWS_WITH_AS((void)strata::env_integer<int>("STRATA_TEST_X", 5), msg, strata::config_error);
+  CHECK_THROWS_WITH_AS((void)strata::env_size("STRATA_TEST_X", 42), msg, strata::config_error);
+  CHECK_THROWS_WITH_AS((void)strata::env_bool("STRATA_TEST_X", true), msg, strata::config_error);
+  CHECK_THROWS_WITH_AS((void)strata::env_choice("STRATA_TEST_X", {"a", "b"}, "b"), msg, strata::config_error);
+  CHECK_THROWS_WITH_AS((void)strata::env_raw("STRATA_TEST_X"), msg, strata::config_error);
+}
+
+TEST_CASE("the variables strata reads refuse an empty value") {
+  {
+    scoped_env e("STRATA_IO_THREADS", "");
+    CHECK_THROWS_WITH_AS((void)strata::file_tier_options{}, doctest::Contains("STRATA_IO_THREADS is set but empty"),
+                         strata::config_error);
+  }
+  {
+    scoped_env e("STRATA_NUM_THREADS", "");
+    CHECK_THROWS_WITH_AS((void)strata::default_thread_count(), doctest::Contains("STRATA_NUM_THREADS is set but empty"),
+                         strata::config_error);
+  }
+  {
+    scoped_env e("STRATA_NODE_LIMITER_DIR", "");
+    CHECK_THROWS_WITH_AS((void)strata::default_node_limiter_dir(),
+                         doctest::Contains("STRATA_NODE_LIMITER_DIR is set but empty"), strata::config_error);
+  }
+  {
+    scoped_env e("STRATA_NODE_LIMITER_DIR", "/tmp/strata-env-test");
+    CHECK(strata::default_node_limiter_dir() == "/tmp/strata-env-test");
+  }
 }
 
 TEST_CASE("integers are parsed whole and range-checked") {

@@ -1,8 +1,9 @@
 #pragma once
 /// Defaults from `STRATA_*` environment variables. Values are validated: a variable that is set
 /// but malformed or out of range is a config_error naming the variable and its value, never a
-/// silent fallback. An empty variable counts as unset. `env_variables` lists every variable
-/// strata reads, so a misspelt one can be reported by `unknown_env_variables()`.
+/// silent fallback. A variable that is set but empty is refused too: `STRATA_IO_THREADS=` is more
+/// likely a script whose value went missing than a wish for the default. `env_variables` lists
+/// every variable strata reads, so a misspelt one can be reported by `unknown_env_variables()`.
 
 #include <array>
 #include <charconv>
@@ -46,18 +47,21 @@ inline constexpr std::array<env_variable, 7> env_variables{{
      "/dev/shm/strata-<uid>, else /tmp/strata-<uid>"},
 }};
 
-/// The raw value of a variable, or nullopt when unset or empty.
-[[nodiscard]] inline std::optional<std::string> env_raw(const char* name) {
-  const char* v = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read-only use
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
-
 namespace detail {
 [[noreturn]] inline void bad_env(const char* name, std::string_view value, std::string_view why) {
   throw config_error(fmt::format("environment variable {}=\"{}\": {}", name, value, why));
 }
 }  // namespace detail
+
+/// The raw value of a variable, or nullopt when unset; config_error naming it when set but empty.
+/// Every env_* reader goes through here, so all of them treat an empty value alike.
+[[nodiscard]] inline std::optional<std::string> env_raw(const char* name) {
+  const char* v = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read-only use
+  if (v == nullptr) return std::nullopt;
+  if (*v == '\0')
+    throw config_error(fmt::format("environment variable {} is set but empty: unset it or give a value", name));
+  return std::string(v);
+}
 
 /// An integer in [min, max], or `fallback` when unset.
 template <std::integral T>
