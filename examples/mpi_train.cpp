@@ -24,7 +24,9 @@
 // Checkpoints (--checkpoint DIR, every --checkpoint-every steps): every rank saves its shard to
 // DIR/step-S/rank-r; after a barrier (all shards durable) rank 0 writes the model and the job's
 // manifest, then points DIR/LATEST at step-S. --resume continues from LATEST with the same number
-// of ranks, bit-identically.
+// of ranks, bit-identically. The manifest records every training setting; a resume with other
+// values is refused, naming each, unless --allow-change lists it (and settings the checkpoint
+// itself fixes, like the weight decay kept in the optimizer's checkpoint, cannot change).
 //
 //   mpirun -np 4 mpi_train --path /nvme/job --path /pfs/job --io-limit 1 --checkpoint /pfs/job/ckpt
 #include <mpi.h>
@@ -34,6 +36,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <climits>
@@ -78,6 +81,7 @@ struct mpi_config : config {
   fs::path checkpoint;                // job checkpoints (empty: none)
   std::size_t checkpoint_every = 0;   // steps between checkpoints (0: only at the end)
   bool resume = false;
+  std::vector<std::string> allow_change;  // settings a --resume may change (--allow-change)
   std::optional<std::size_t> die_at;  // a test's crash: --die-at STEP kills --die-rank at that step
   int die_rank = 0;
   fs::path io_log;                    // per-rank permit log (FILE.rank-r)
@@ -103,7 +107,10 @@ std::string usage() {
       "  --chunks M        micro-chunks per batch, reduced in a fixed order; the rank count must divide it; default 4\n"
       "  --checkpoint DIR  save a job checkpoint there (on shared storage) every --checkpoint-every steps and at the end\n"
       "  --checkpoint-every N  steps between checkpoints; default: only at the end\n"
-      "  --resume          continue from DIR/LATEST (the same number of ranks)\n"
+      "  --resume          continue from DIR/LATEST (the same number of ranks and settings as it was saved with)\n"
+      "  --allow-change L  with --resume: the settings that may differ from the checkpoint's, a comma-separated\n"
+      "                    list of lr, batch, epochs, samples (a new --samples draws a new data set); the\n"
+      "                    model's shape, --weight-decay and --subgroup cannot change\n"
       "  --io-log FILE     write every permit of the shared path's limiter to FILE.rank-R (monotonic ns, +1/-1)\n"
       "  --die-at STEP     (tests) kill --die-rank R (default 0) with SIGKILL in the middle of step STEP\n"
       "{}",
@@ -351,13 +358,50 @@ std::string read_text(const fs::path& file) {
   return s.str();
 }
 
-/// The job manifest: "key value" lines.
+/// A training setting a job checkpoint records: its option's name and its value as text (doubles
+/// in their shortest round-trip form, so equal text is an equal value).
+struct setting {
+  std::string name, value;
+};
+
+/// Settings a resume may change when --allow-change names them.
+constexpr std::array<std::string_view, 4> changeable_settings{"lr", "batch", "epochs", "samples"};
+
+/// Why a setting the checkpoint fixes cannot change on a resume; empty for a changeable one.
+std::string_view fixed_because(std::string_view name) {
+  if (name == "weight-decay") return "it is saved in the optimizer's checkpoint, which the resume restores";
+  if (name == "subgroup") return "the optimizer's state is saved in subgroups of this size";
+  if (name == "layers" || name == "hidden" || name == "inputs" || name == "outputs")
+    return "the checkpoint's weights have the model's shape";
+  return {};
+}
+
+/// Every training setting of `c`, as the job checkpoint records it.
+std::vector<setting> training_settings(const mpi_config& c) {
+  return {{"layers", std::to_string(c.layers)},
+          {"hidden", std::to_string(c.hidden)},
+          {"inputs", std::to_string(c.inputs)},
+          {"outputs", std::to_string(c.outputs)},
+          {"samples", std::to_string(c.samples)},
+          {"batch", std::to_string(c.batch)},
+          {"epochs", std::to_string(c.epochs)},
+          {"lr", fmt::format("{}", c.lr)},
+          {"weight-decay", fmt::format("{}", c.weight_decay)},
+          {"subgroup", c.subgroup ? std::to_string(c.subgroup) : std::string("default")}};
+}
+
+/// The job manifest: "key value" lines. Version 2 adds the training settings (version 1 ones,
+/// without them, are still read: their settings cannot be checked).
 struct job_manifest {
   std::uint64_t step = 0, ranks = 0, params = 0, chunks = 0, seed = 0, model_checksum = 0;
+  std::vector<setting> settings;  // empty for a version 1 manifest
 
   [[nodiscard]] std::string text() const {
-    return fmt::format("strata-mpi-train 1\nstep {}\nranks {}\nparams {}\nchunks {}\nseed {}\nmodel_checksum {:016x}\n",
-                       step, ranks, params, chunks, seed, model_checksum);
+    std::string t =
+        fmt::format("strata-mpi-train 2\nstep {}\nranks {}\nparams {}\nchunks {}\nseed {}\nmodel_checksum {:016x}\n",
+                    step, ranks, params, chunks, seed, model_checksum);
+    for (const auto& st : settings) t += fmt::format("{} {}\n", st.name, st.value);
+    return t;
   }
   static job_manifest parse(const fs::path& file) {
     std::istringstream in(read_text(file));
@@ -365,13 +409,20 @@ struct job_manifest {
     job_manifest m;
     int version = 0;
     in >> magic >> version;
-    if (magic != "strata-mpi-train" || version != 1)
-      throw strata::integrity_error("job manifest", file.string(), 0, "not a strata-mpi-train 1 manifest");
+    if (magic != "strata-mpi-train" || (version != 1 && version != 2))
+      throw strata::integrity_error("job manifest", file.string(), 0, "not a strata-mpi-train 1 or 2 manifest");
+    const auto names = training_settings(mpi_config{});
     int seen = 0;
     while (in >> key) {
       if (key == "model_checksum") {
         in >> std::hex >> m.model_checksum >> std::dec;
         ++seen;
+        continue;
+      }
+      if (std::any_of(names.begin(), names.end(), [&](const setting& st) { return st.name == key; })) {
+        std::string v;
+        in >> v;
+        m.settings.push_back({key, v});
         continue;
       }
       std::uint64_t v = 0;
@@ -382,10 +433,94 @@ struct job_manifest {
       else if (key == "chunks") m.chunks = v, ++seen;
       else if (key == "seed") m.seed = v, ++seen;
     }
-    if (seen != 6) throw strata::integrity_error("job manifest", file.string(), 0, "a field is missing");
+    if (seen != 6 || (version == 2 && m.settings.size() != names.size()))
+      throw strata::integrity_error("job manifest", file.string(), 0, "a field is missing");
     return m;
   }
 };
+
+/// Where a --resume starts: the checkpoint's directory and manifest.
+struct resume_point {
+  fs::path dir;
+  job_manifest manifest;
+  std::vector<std::string> changes;  // "--lr from 0.01 to 0.02", one per changed setting
+};
+
+/// Reads DIR/LATEST's manifest and checks that this job can continue it: the same ranks,
+/// parameters, --chunks and --seed, and the same training settings, except those in
+/// --allow-change. A difference is a config_error with one line per setting, both values named.
+resume_point check_resume(const mpi_config& c, const placement& p) {
+  resume_point r;
+  const std::string latest = read_text(c.checkpoint / "LATEST");
+  r.dir = c.checkpoint / latest.substr(0, latest.find('\n'));
+  r.manifest = job_manifest::parse(r.dir / "job.manifest");
+  const auto& m = r.manifest;
+  const std::size_t n = mlp_shape(c).params;
+  if (m.ranks != static_cast<std::uint64_t>(p.ranks) || m.params != n || m.chunks != c.chunks || m.seed != c.seed)
+    throw strata::config_error(fmt::format(
+        "--resume: {} was saved by {} ranks with {} parameters, --chunks {}, --seed {}; this job has {} ranks, {}, "
+        "{}, {}",
+        r.dir.string(), m.ranks, m.params, m.chunks, m.seed, p.ranks, n, c.chunks, c.seed));
+  if (m.settings.empty()) {
+    if (p.rank == 0)
+      std::fprintf(stderr, "mpi_train: warning: %s was saved by an older mpi_train that did not record its settings: "
+                           "they are not checked\n", r.dir.c_str());
+    return r;
+  }
+  std::string refused;
+  std::vector<std::string> to_allow;
+  bool fixed = false;
+  for (const auto& now : training_settings(c)) {
+    const auto saved =
+        std::find_if(m.settings.begin(), m.settings.end(), [&](const setting& st) { return st.name == now.name; });
+    if (saved == m.settings.end() || saved->value == now.value) continue;
+    const auto why = fixed_because(now.name);
+    const bool allowed = std::find(c.allow_change.begin(), c.allow_change.end(), now.name) != c.allow_change.end();
+    if (why.empty() && allowed) {
+      r.changes.push_back(fmt::format("--{} from {} to {}", now.name, saved->value, now.value));
+      continue;
+    }
+    refused += fmt::format("\n  --{}: {} in the checkpoint, {} now", now.name, saved->value, now.value);
+    if (!why.empty()) {
+      refused += fmt::format(" (cannot change: {})", why);
+      fixed = true;
+    } else {
+      to_allow.push_back(now.name);
+    }
+  }
+  if (!refused.empty()) {
+    std::string advice = to_allow.empty() ? std::string("give the checkpoint's values")
+                         : fixed ? fmt::format("give the checkpoint's values (--allow-change {} would accept the "
+                                               "changeable ones)", fmt::join(to_allow, ","))
+                                 : fmt::format("give the checkpoint's values, or --allow-change {} to train on with "
+                                               "the new ones", fmt::join(to_allow, ","));
+    throw strata::config_error(
+        fmt::format("--resume: {} was saved with other settings:{}\n{}", r.dir.string(), refused, advice));
+  }
+  const std::size_t steps = c.samples / c.batch * c.epochs;
+  if (steps < m.step)
+    throw strata::config_error(fmt::format("--resume: {} is at step {}, past the {} steps of this job "
+                                           "(--epochs {} of {} steps)",
+                                           r.dir.string(), m.step, steps, c.epochs, c.samples / c.batch));
+  return r;
+}
+
+/// Creates the checkpoint directory and a file in it (removed again), so that a path that cannot
+/// hold checkpoints fails now rather than when the first one is saved, after training.
+void check_checkpoint_dir(const fs::path& dir, const placement& p) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw strata::io_error("--checkpoint: mkdir", dir, ec.value());
+  if (!fs::is_directory(dir, ec)) throw strata::io_error("--checkpoint: mkdir", dir, ENOTDIR);
+  const fs::path probe = dir / fmt::format(".mpi_train-probe.rank-{}", p.rank);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw strata::io_error("--checkpoint: create a file", probe, errno);
+  const bool wrote = ::write(fd, "x", 1) == 1;
+  const int e = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!wrote) throw strata::io_error("--checkpoint: write", probe, e);
+}
 
 /// Saves the job at `step`: every rank its shard, then (after all are durable) rank 0 the model,
 /// the manifest and LATEST.
@@ -398,8 +533,13 @@ void save_job(const mpi_config& c, const placement& p, optimizer_type& opt, std:
   mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier(shards durable)");  // every shard's manifest is published
   if (p.rank == 0) {
     publish(dir / "model.bin", std::as_bytes(model));
-    const job_manifest m{step, static_cast<std::uint64_t>(p.ranks), model.size(), c.chunks, c.seed,
-                         strata::checksum64(std::as_bytes(model))};
+    const job_manifest m{.step = step,
+                         .ranks = static_cast<std::uint64_t>(p.ranks),
+                         .params = model.size(),
+                         .chunks = c.chunks,
+                         .seed = c.seed,
+                         .model_checksum = strata::checksum64(std::as_bytes(model)),
+                         .settings = training_settings(c)};
     publish_text(dir / "job.manifest", m.text());
     publish_text(c.checkpoint / "LATEST", fmt::format("step-{}\n", step));
   }
@@ -414,7 +554,7 @@ std::pair<std::size_t, std::size_t> shard(std::size_t n, int r, int ranks) {
   return {n * k / R, n * (k + 1) / R};
 }
 
-int run(const mpi_config& c, const placement& p) {
+int run(const mpi_config& c, const placement& p, const std::optional<resume_point>& resumed) {
   const mlp_shape net(c);
   const std::size_t n = net.params;
   if (c.chunks % static_cast<std::size_t>(p.ranks) != 0)
@@ -439,15 +579,9 @@ int run(const mpi_config& c, const placement& p) {
   const auto options = preset::options(mine, adamw, mlp_example::offload_base(c, mine));
   std::size_t start = 0;  // steps already done
   std::optional<optimizer_type> opt;
-  if (c.resume) {
-    const std::string latest = read_text(c.checkpoint / "LATEST");
-    const fs::path dir = c.checkpoint / latest.substr(0, latest.find('\n'));
-    const auto m = job_manifest::parse(dir / "job.manifest");
-    if (m.ranks != static_cast<std::uint64_t>(p.ranks) || m.params != n || m.chunks != c.chunks || m.seed != c.seed)
-      throw strata::config_error(fmt::format(
-          "--resume: {} was saved by {} ranks with {} parameters, --chunks {}, --seed {}; this job has {} ranks, {}, "
-          "{}, {}",
-          dir.string(), m.ranks, m.params, m.chunks, m.seed, p.ranks, n, c.chunks, c.seed));
+  if (resumed) {
+    const fs::path& dir = resumed->dir;
+    const auto& m = resumed->manifest;
     std::ifstream in(dir / "model.bin", std::ios::binary);
     in.read(reinterpret_cast<char*>(model.data()), static_cast<std::streamsize>(n * sizeof(strata::bf16)));
     if (!in || strata::checksum64(std::as_bytes(std::span<const strata::bf16>(model))) != m.model_checksum)
@@ -477,7 +611,10 @@ int run(const mpi_config& c, const placement& p) {
     if (c.shared_cap > 0 && c.switch_cost.count() > 0)
       std::printf("shared link: %lld us lost per change of request, %s pieces\n",
                   static_cast<long long>(c.switch_cost.count()), strata::format_size(c.link_chunk).c_str());
-    if (c.resume) std::printf("resumed from step %zu\n", start);
+    if (resumed)
+      std::printf("resumed from step %zu%s\n", start,
+                  resumed->changes.empty() ? ""
+                                           : fmt::format(", changing {}", fmt::join(resumed->changes, ", ")).c_str());
     std::fflush(stdout);
   }
 
@@ -624,6 +761,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mpi_train: %s\n", e.what());
     return 1;
   }
+  std::optional<resume_point> resumed;
   const int rc = mlp_example::example_main<mpi_config>(
       "mpi_train", usage(), argc, argv,
       [&](mpi_config& c) {
@@ -647,6 +785,20 @@ int main(int argc, char** argv) {
           else if (opt == "--checkpoint") c.checkpoint = value();
           else if (opt == "--checkpoint-every") c.checkpoint_every = mlp_example::parse_number(opt, value(), 1, 1 << 30);
           else if (opt == "--resume") c.resume = true;
+          else if (opt == "--allow-change") {
+            std::string list = value();
+            for (std::size_t at = 0; at <= list.size();) {
+              const std::size_t end = std::min(list.find(',', at), list.size());
+              const std::string name = list.substr(at, end - at);
+              at = end + 1;
+              if (const auto why = fixed_because(name); !why.empty())
+                mlp_example::bad_usage(fmt::format("--allow-change: {} cannot change on a resume: {}", name, why));
+              if (std::find(changeable_settings.begin(), changeable_settings.end(), name) == changeable_settings.end())
+                mlp_example::bad_usage(fmt::format("--allow-change: unknown setting '{}'; expected a comma-separated "
+                                                   "list of {}", name, fmt::join(changeable_settings, ", ")));
+              c.allow_change.push_back(name);
+            }
+          }
           else if (opt == "--io-log") c.io_log = value();
           else if (opt == "--die-at") c.die_at = mlp_example::parse_number(opt, value(), 0, 1 << 30);
           else if (opt == "--die-rank") c.die_rank = static_cast<int>(mlp_example::parse_number(opt, value(), 0, 1 << 20));
@@ -655,13 +807,18 @@ int main(int argc, char** argv) {
         });
         if (c.paths.size() != 2) mlp_example::bad_usage("give --path twice: the node-local directory, then the shared one");
         if (c.resume && c.checkpoint.empty()) mlp_example::bad_usage("--resume needs --checkpoint DIR");
+        if (!c.allow_change.empty() && !c.resume) mlp_example::bad_usage("--allow-change needs --resume");
         if (!c.io_log.empty() && c.io_limit == 0) mlp_example::bad_usage("--io-log needs a limiter (--io-limit 1 or more)");
         bool threads_given = false;
         for (int i = 1; i < argc; ++i) threads_given = threads_given || std::string_view(argv[i]) == "--threads";
         if (!threads_given && p.node_ranks > 1)  // the node's CPUs are shared by its ranks
           c.threads = std::max<std::size_t>(1, c.threads / static_cast<std::size_t>(p.node_ranks));
+        // Before any data is made or state written: a checkpoint path that cannot be used, or a
+        // resume with other settings, fails in the first second, not after training.
+        if (!c.checkpoint.empty()) check_checkpoint_dir(c.checkpoint, p);
+        if (c.resume) resumed = check_resume(c, p);
       },
-      [&](const mpi_config& c) { return run(c, p); });
+      [&](const mpi_config& c) { return run(c, p, resumed); });
   if (rc != 0 && p.ranks > 1) MPI_Abort(MPI_COMM_WORLD, rc);  // the other ranks may wait in a collective
   return rc;
 }

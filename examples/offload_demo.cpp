@@ -37,6 +37,8 @@ constexpr const char* usage =
     "  --steps N         steps; default 3\n"
     "  --threads N       kernel threads; default: all CPUs\n"
     "  --keep            keep the state objects and the directories made for them\n"
+    "  --adopt-existing  replace files in the paths that strata did not make (another job's\n"
+    "                    objects); without it they are refused and left alone\n"
     "  --no-integrity    do not checksum the state on the paths (faster, unverified reads)\n"
     "  --help            this text\n";
 
@@ -63,7 +65,7 @@ int run(int argc, char** argv) {
   strata::offloaded_adamw_config cfg;
   std::uint64_t params = 10'000'000;
   std::uint64_t steps = 3;
-  bool cap = false, keep = false;
+  bool cap = false, keep = false, adopt = false;
   std::vector<std::string> path_args;
   cfg.offload.subgroup_elems = 4u << 20;
   try {
@@ -96,6 +98,8 @@ int run(int argc, char** argv) {
         cfg.offload.threads = static_cast<std::size_t>(count_in(a, value(), 1, 1024));
       } else if (a == "--keep") {
         keep = true;
+      } else if (a == "--adopt-existing") {
+        adopt = true;
       } else if (a == "--no-integrity") {
         cfg.verify_integrity = false;
       } else {
@@ -105,6 +109,7 @@ int run(int argc, char** argv) {
     if (path_args.empty()) fail("give at least one --path");
     for (const auto& p : path_args) {
       strata::offload_path_config pc;
+      pc.adopt_existing = adopt;
       const auto at = p.find('@');
       const std::string dir = p.substr(0, at);
       if (dir.empty()) fail(fmt::format("--path '{}' has no directory (DIR[@READ/WRITE]; 'host' for host memory)", p));
@@ -132,9 +137,25 @@ int run(int argc, char** argv) {
     fail(e.what());
   }
 
-  // The demo's own arrays (fp32 weights, bf16 gradients) must fit before anything is allocated.
-  strata::require_physical_memory(params * (sizeof(float) + sizeof(strata::bf16)),
-                                  fmt::format("the demo's weights and gradients of {} parameters", params));
+  if (cfg.offload.subgroup_elems > params) {  // a subgroup larger than the model is the model
+    std::printf("offload_demo: --subgroup %zu is more than the %llu parameters: one subgroup of %llu\n",
+                cfg.offload.subgroup_elems, static_cast<unsigned long long>(params),
+                static_cast<unsigned long long>(params));
+    cfg.offload.subgroup_elems = static_cast<std::size_t>(params);
+  }
+  // What must fit before anything is allocated: the demo's own arrays (fp32 weights, bf16
+  // gradients), strata's bookkeeping per subgroup, and the state of paths in host memory.
+  {
+    const auto layout = strata::offload_layout::of(params, cfg.adamw, cfg.offload);
+    std::uint64_t host_paths = 0;
+    for (const auto& p : cfg.paths) host_paths += p.directory.empty() ? 1 : 0;
+    const std::uint64_t state = host_paths > 0 ? params * layout.sections * sizeof(float) : 0;
+    strata::require_physical_memory(
+        params * (sizeof(float) + sizeof(strata::bf16)) + layout.bookkeeping_bytes() + state,
+        fmt::format("the demo's {} parameters in {} subgroups (weights, gradients, {} of bookkeeping{})", params,
+                    layout.subgroups(), strata::format_size(layout.bookkeeping_bytes()),
+                    state > 0 ? ", the state in host memory" : ""));
+  }
 
   // Only what this run created is removed afterwards (unless --keep): the optimizer's objects,
   // then the directories it made, if empty.

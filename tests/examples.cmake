@@ -64,6 +64,12 @@ if(MPI_CXX_FOUND)
                      -DWORK=${strata_examples_dir}/mpi_train -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi_train.cmake)
     set_tests_properties(strata_example_mpi_train_ranks_agree_limiter_holds_and_restart_works
                          PROPERTIES LABELS "example;multiprocess;mpi" TIMEOUT 600)
+    add_test(NAME strata_example_mpi_train_resume_checks_settings_and_checkpoint_path
+             COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DMPI_TRAIN=$<TARGET_FILE:mpi_train>
+                     -DWORK=${strata_examples_dir}/mpi_train_settings -DPART=settings
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi_train.cmake)
+    set_tests_properties(strata_example_mpi_train_resume_checks_settings_and_checkpoint_path
+                         PROPERTIES LABELS "example;multiprocess;mpi;reliability" TIMEOUT 600)
     # The scaling benchmark's script, on a tiny model: one table row per switch cost and rank count.
     add_test(NAME strata_bench_mpi_scaling_script_prints_its_table
              COMMAND bash -c "set -o pipefail; rm -rf \"$3\"; \"$0\" --mpirun \"$1\" --mpi-train \"$2\" --dir \"$3\" \

@@ -4,6 +4,9 @@
 # from the last checkpoint ends with the weights of the uninterrupted run; a restart with another
 # rank count is refused.
 #   cmake -DMPIEXEC=<mpirun> -DMPI_TRAIN=<mpi_train> -DWORK=<dir> -P mpi_train.cmake
+# With -DPART=settings, instead: a resume with other training settings is refused, naming each with
+# both values, unless --allow-change names it (settings the checkpoint fixes are refused even so);
+# a --checkpoint path that cannot be created is refused before training starts.
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 # Root is allowed in CI containers; single-copy (CMA) needs ptrace rights that containers lack.
@@ -42,6 +45,60 @@ function(checksum_of text var)
   endif()
   set(${var} ${CMAKE_MATCH_1} PARENT_SCOPE)
 endfunction()
+
+if(PART STREQUAL "settings")
+  function(expect_in text regex what)
+    if(NOT "${text}" MATCHES "${regex}")
+      message(FATAL_ERROR "${what}: output does not match '${regex}':\n${text}")
+    endif()
+  endfunction()
+  set(ckpt --checkpoint ${WORK}/settings/ckpt)
+  # One epoch of 8 steps, checkpointed at its end.
+  run_job(1 settings 0 --epochs 1 ${ckpt})
+  file(READ ${WORK}/settings/ckpt/LATEST latest)
+  if(NOT latest MATCHES "^step-8")
+    message(FATAL_ERROR "LATEST is '${latest}', expected step-8")
+  endif()
+  # Another --lr: refused, both values named, before any training.
+  run_job(1 settings fail --epochs 1 --lr 0.02 ${ckpt} --resume)
+  expect_in("${out}${err}" "--lr: 0.01 in the checkpoint, 0.02 now" "resume with another --lr")
+  expect_in("${out}${err}" "--allow-change lr to train on" "resume with another --lr")
+  if("${out}" MATCHES "epoch [0-9]+: loss")
+    message(FATAL_ERROR "a refused resume trained:\n${out}")
+  endif()
+  # Two changed settings: one line each.
+  run_job(1 settings fail --epochs 2 --lr 0.02 ${ckpt} --resume)
+  expect_in("${out}${err}" "\n  --epochs: 1 in the checkpoint, 2 now\n  --lr: 0.01 in the checkpoint, 0.02 now\n"
+            "resume with another --epochs and --lr")
+  # The weight decay lives in the optimizer's checkpoint: refused even with --allow-change.
+  run_job(1 settings fail --epochs 1 --weight-decay 0.001 --allow-change lr ${ckpt} --resume)
+  expect_in("${out}${err}" "--weight-decay: 0.0001 in the checkpoint, 0.001 now \\(cannot change"
+            "resume with another --weight-decay")
+  run_job(1 settings fail --epochs 1 --allow-change weight-decay ${ckpt} --resume)
+  expect_in("${out}${err}" "--allow-change: weight-decay cannot change on a resume" "--allow-change weight-decay")
+  # Allowed: it trains on from step 8 with the new values, and says so.
+  run_job(1 settings 0 --epochs 2 --lr 0.02 --allow-change lr,epochs ${ckpt} --resume)
+  expect_in("${out}" "resumed from step 8, changing --epochs from 1 to 2, --lr from 0.01 to 0.02"
+            "resume with --allow-change")
+  expect_in("${out}" "epoch 2: loss" "resume with --allow-change")
+  # The new checkpoint records the new values: resuming it with them needs no --allow-change.
+  file(READ ${WORK}/settings/ckpt/LATEST latest)
+  file(READ ${WORK}/settings/ckpt/step-16/job.manifest manifest)
+  expect_in("${latest}" "^step-16" "LATEST after the changed resume")
+  expect_in("${manifest}" "\nlr 0.02\n" "the manifest after the changed resume")
+  # A --checkpoint under a regular file cannot be created: refused before any data or state is made.
+  file(WRITE ${WORK}/settings/not-a-directory "")
+  run_job(1 badckpt fail --checkpoint ${WORK}/settings/not-a-directory/ckpt)
+  expect_in("${out}${err}" "mpi_train: --checkpoint: mkdir [^\n]*not-a-directory/ckpt: " "a bad --checkpoint")
+  if("${out}" MATCHES "epoch [0-9]+: loss|parameters, bf16")
+    message(FATAL_ERROR "training started with a bad --checkpoint:\n${out}")
+  endif()
+  if(EXISTS ${WORK}/badckpt/local/rank-0 OR EXISTS ${WORK}/badckpt/shared/rank-0)
+    message(FATAL_ERROR "state directories were made before the bad --checkpoint was refused")
+  endif()
+  message(STATUS "resume settings: refused with their values, accepted with --allow-change; bad --checkpoint refused")
+  return()
+endif()
 
 # 1. One, two and four ranks: the same final weights, and the loss fell (exit code 0). Two and four
 # ranks go over emulated node links (shared by the ranks, across processes), which only delay.

@@ -44,6 +44,7 @@
 #include <strata/core/units.hpp>
 #include <strata/offload/offload_layout.hpp>
 #include <strata/offload/make_offloaded_adamw.hpp>
+#include <strata/offload/presets.hpp>
 #include <strata/tier/file_tier.hpp>
 #include <strata/tier/host_memory.hpp>
 
@@ -112,6 +113,128 @@ void probe(path_spec& p, std::uint64_t bytes, int reps) {
   fs::remove(o.directory, ec);
   p.probe_write = median(rates.write) * 1e9;
   p.probe_read = median(rates.read) * 1e9;
+}
+
+// --- up-front checks: memory the run will really allocate, and how long its rates make it -------
+
+/// What a page-aligned host block of `bytes` really costs: its whole pages and one more, which
+/// glibc's posix_memalign spends on alignment (measured 2026-12 as RSS over 100000 blocks:
+/// 8201 bytes per 4 KiB block, 135177 per 128 KiB). Slots and host-tier objects are such blocks,
+/// so a million 1-parameter subgroups cost 8 KiB each per copy, not the 12 bytes of their state.
+std::uint64_t aligned_block_cost(std::uint64_t bytes) {
+  constexpr std::uint64_t page = 4096;
+  return bytes == 0 ? 0 : (bytes + page - 1) / page * page + page;
+}
+
+/// The host memory a run will allocate, item by item, compared with the machine's before any of
+/// it is: a run that cannot fit is one line with the numbers, not the OOM killer at 24 GB.
+class memory_account {
+ public:
+  void add(std::string what, std::uint64_t bytes) {
+    if (bytes > 0) items_.push_back({std::move(what), bytes});
+  }
+  [[nodiscard]] std::uint64_t total() const {
+    std::uint64_t t = 0;
+    for (const auto& i : items_) t += i.bytes;
+    return t;
+  }
+  /// capacity_error naming every item (largest first) when the total exceeds physical memory.
+  void require(std::string_view run, std::string_view advice) const {
+    const std::uint64_t need = total(), mem = physical_memory();
+    if (mem == 0 || need <= mem) return;
+    auto items = items_;
+    std::sort(items.begin(), items.end(), [](const item& a, const item& b) { return a.bytes > b.bytes; });
+    std::string parts;
+    for (const auto& i : items)
+      parts += fmt::format("{}{} for {}", parts.empty() ? "" : ", ", format_size(i.bytes), i.what);
+    throw capacity_error(fmt::format("{} need {} of host memory ({}); this machine has {}; {}", run, format_size(need),
+                                     parts, format_size(mem), advice),
+                         need, mem);
+  }
+
+ private:
+  struct item {
+    std::string what;
+    std::uint64_t bytes;
+  };
+  std::vector<item> items_;
+};
+
+/// "N subgroups of S parameters" for the messages.
+std::string describe_subgroups(const offload_layout& l) {
+  return fmt::format("{} subgroup{} of {} parameter{}", l.subgroups(), l.subgroups() == 1 ? "" : "s",
+                     l.subgroup_elems, l.subgroup_elems == 1 ? "" : "s");
+}
+
+/// Refuses, before anything is allocated, a subgroup count whose bookkeeping alone (per subgroup
+/// and tier object, see offload_layout::bookkeeping_bytes) exceeds physical memory: with
+/// `layouts` (one per optimizer the run builds), and the smallest --subgroup that would fit it.
+void require_bookkeeping_fits(std::string_view run, const std::vector<offload_layout>& layouts) {
+  std::uint64_t need = 0, per_subgroup = 0;  // per_subgroup: over all the optimizers
+  for (const auto& l : layouts) {
+    need += l.bookkeeping_bytes();
+    per_subgroup += l.bookkeeping_bytes() / std::max<std::uint64_t>(1, l.subgroups());
+  }
+  const std::uint64_t mem = physical_memory();
+  if (mem == 0 || need <= mem || layouts.empty()) return;
+  const auto& l = layouts.front();
+  const std::uint64_t fitting = std::max<std::uint64_t>(1, mem / std::max<std::uint64_t>(1, per_subgroup));
+  const std::uint64_t smallest = (static_cast<std::uint64_t>(l.params) + fitting - 1) / fitting;
+  throw capacity_error(
+      fmt::format("{}: {}{}: strata's bookkeeping of about {} per subgroup{} needs {} of host memory before any "
+                  "slot or state; this machine has {}; use --subgroup {} or more",
+                  run, describe_subgroups(l),
+                  layouts.size() > 1 ? fmt::format(" in {} optimizers", layouts.size()) : "",
+                  format_size(per_subgroup), layouts.size() > 1 ? " over them" : "", format_size(need),
+                  format_size(mem), smallest),
+      need, mem);
+}
+
+/// "42 s", "3.5 h", "12 days", "31 years": a run time for a warning.
+std::string describe_duration(double s) {
+  if (s < 120) return fmt::format("{:.0f} s", s);
+  if (s < 2 * 3600) return fmt::format("{:.0f} min", s / 60);
+  if (s < 2 * 86400) return fmt::format("{:.1f} h", s / 3600);
+  if (s < 2 * 365 * 86400.0) return fmt::format("{:.0f} days", s / 86400);
+  return fmt::format("{:.3g} years", s / (365 * 86400.0));
+}
+
+/// The floor of a run's time, phase by phase (each phase's floor is its slowest part), so that a
+/// warning can name the part that makes it long.
+class run_time_floor {
+ public:
+  /// A phase whose parts run at once: it lasts as long as the longest.
+  void phase(std::vector<std::pair<double, std::string>> parts) {
+    double longest = 0;
+    for (auto& [s, what] : parts) {
+      if (!(s > 0)) continue;
+      longest = std::max(longest, s);
+      if (s > worst_s_) worst_s_ = s, worst_ = std::move(what);
+    }
+    total_s_ += longest;
+  }
+  /// One line on stderr when the floor passes an hour (1 B/s runs forever without a word else);
+  /// the run goes on: the rates may be what the user means to measure.
+  void warn_if_long(std::string_view run) const {
+    if (total_s_ <= 3600) return;
+    fmt::print(stderr,
+               "strata-bench: {}: warning: these rates make this run take at least {} by its bound, most of it {} "
+               "({}); it goes on (Ctrl-C stops it)\n",
+               run, describe_duration(total_s_), worst_, describe_duration(worst_s_));
+    std::fflush(stderr);
+  }
+
+ private:
+  double total_s_ = 0, worst_s_ = 0;
+  std::string worst_;
+};
+
+/// "1 B/s", "500 MB/s" (decimal, as the caps are written).
+std::string describe_rate(double bytes_per_s) {
+  if (bytes_per_s >= 1e9) return fmt::format("{:.3g} GB/s", bytes_per_s / 1e9);
+  if (bytes_per_s >= 1e6) return fmt::format("{:.3g} MB/s", bytes_per_s / 1e6);
+  if (bytes_per_s >= 1e3) return fmt::format("{:.3g} kB/s", bytes_per_s / 1e3);
+  return fmt::format("{:.3g} B/s", bytes_per_s);
 }
 
 /// Figures of one measured iteration of one preset.
@@ -387,10 +510,70 @@ std::vector<std::string> numbers(const std::vector<std::uint64_t>& v) {
   return out;
 }
 
+/// The options make_offloaded_adamw gives variant `v`'s optimizer for this base (as the runners
+/// below configure it), so that the checks size what will be allocated.
+offload_options preset_options(const variant& v, std::size_t params, offload_options base) {
+  if (v.preset == "zero_infinity" && !v.equal) base.host_cache_bytes = 0;
+  if (v.preset == "zero_infinity") return presets::zero_infinity::options(params, adamw_options{}, base);
+  if (v.preset == "mlp_offload") return presets::mlp_offload::options(params, adamw_options{}, base);
+  return presets::strata_preset::options(params, adamw_options{}, base);
+}
+
+/// Warns when the paths' bandwidths (caps, or probes) make the run very long: per variant, its
+/// initial state written, then each round its uncached state read and written (and
+/// zero_infinity's fp32 gradients written and read back), over the paths in the shares its
+/// placement gives them: fixed for mlp_offload (2:1) and the striped baseline (equal), by
+/// bandwidth otherwise. A path of unknown speed (no cap, no probe) leaves a variant out.
+void warn_if_slow(const std::vector<variant>& variants, const std::vector<offload_layout>& layouts,
+                  const std::vector<offload_options>& opts, const std::vector<path_spec>& paths, std::uint64_t rounds) {
+  run_time_floor t;
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const auto& v = variants[i];
+    const auto& l = layouts[i];
+    const std::size_t used = v.preset == "zero_infinity" && !v.equal ? 1 : paths.size();
+    std::vector<double> shares(used, 0.0);
+    if (v.preset == "mlp_offload" && used == 2) shares = {2.0 / 3, 1.0 / 3};
+    else if (v.equal || used == 1) std::fill(shares.begin(), shares.end(), 1.0 / static_cast<double>(used));
+    // Seconds for `bytes` in one direction over the variant's paths, and the path that takes longest.
+    const auto over = [&](double bytes, bool write) -> std::pair<double, std::string> {
+      const auto bw = [&](std::size_t k) { return write ? paths[k].write_bw() : paths[k].read_bw(); };
+      const char* dir = write ? "write" : "read";
+      if (shares.front() == 0) {  // by bandwidth: the sum of the paths', when all are known
+        double sum = 0;
+        for (std::size_t k = 0; k < used; ++k) {
+          if (bw(k) <= 0) return {0, ""};
+          sum += bw(k);
+        }
+        return {bytes / sum, fmt::format("{}'s paths ({} {})", v.label, dir, describe_rate(sum))};
+      }
+      std::pair<double, std::string> worst{0, ""};
+      for (std::size_t k = 0; k < used; ++k)
+        if (bw(k) > 0 && shares[k] * bytes / bw(k) > worst.first)
+          worst = {shares[k] * bytes / bw(k), fmt::format("{} on path {} ({} {})", v.label, paths[k].name, dir,
+                                                          describe_rate(bw(k)))};
+      return worst;
+    };
+    const double n = static_cast<double>(l.params), state = 12.0 * n;
+    const double uncached = state * static_cast<double>(l.subgroups() - l.cache_slots(opts[i])) /
+                            static_cast<double>(l.subgroups());
+    const double grads = l.tier_gradients ? 4.0 * n : 0.0;
+    const auto [init_s, init_what] = over(state, true);
+    t.phase({{init_s, fmt::format("writing the initial state: {}", init_what)}});
+    const double r = static_cast<double>(rounds);
+    const auto [gw_s, gw_what] = over(r * grads, true);
+    t.phase({{gw_s, fmt::format("backward's fp32 gradients: {}", gw_what)}});
+    const auto [rd_s, rd_what] = over(r * (uncached + grads), false);
+    const auto [wr_s, wr_what] = over(r * uncached, true);
+    t.phase({{rd_s, fmt::format("the steps' reads: {}", rd_what)},
+             {wr_s, fmt::format("the steps' writes: {}", wr_what)}});
+  }
+  t.warn_if_long("step");
+}
+
 template <class G>
 int run_typed(args& a) {
   const auto params = a.count("params", parse_count("200M"));
-  const auto subgroup = a.count("subgroup", parse_count("8M"));
+  auto subgroup = a.count("subgroup", parse_count("8M"));
   const auto cache_opt = a.get("cache");
   auto path_args = a.get_all("path");
   const auto preset_arg = a.choice("preset", {"zero_infinity", "mlp_offload", "strata", "all"}, "all");
@@ -414,10 +597,11 @@ int run_typed(args& a) {
   if (threads == 0 || threads > 1024) throw usage_error("step: --threads must be 1..1024");
   if (path_args.empty()) throw usage_error("step: give at least one --path DIR[:READ[:WRITE]]");
   if (max_grad_norm < 0) throw usage_error("step: --max-grad-norm must be >= 0 (0: no clipping)");
+  if (subgroup > params) {  // a subgroup larger than the model is the model (slots are sized by it)
+    fmt::print("step: --subgroup {} is more than the {} parameters: one subgroup of {}\n", subgroup, params, params);
+    subgroup = params;
+  }
   const std::uint64_t state_bytes = params * 12;
-  // The run's own arrays (fp32 weights, gradients) must fit before anything is allocated.
-  require_physical_memory(params * (sizeof(float) + sizeof(G)),
-                          fmt::format("step: the weights and gradients of {} parameters", params));
   offload_options layout_options;
   layout_options.subgroup_elems = static_cast<std::size_t>(subgroup);  // host gradients: the cached presets'
   const auto layout = offload_layout::of(static_cast<std::size_t>(params), adamw_options{}, layout_options);
@@ -488,6 +672,41 @@ int run_typed(args& a) {
     }
   }
 
+  // What the optimizers will allocate, counted before anything is: the bookkeeping of their
+  // subgroups alone first (a million 1-parameter subgroups cost GiBs before any slot), then the
+  // run's own arrays (fp32 weights, gradients), then everything together.
+  std::vector<offload_options> variant_opts;
+  std::vector<offload_layout> layouts;
+  for (const auto& v : variants) {
+    offload_options base;
+    base.subgroup_elems = static_cast<std::size_t>(subgroup);
+    base.threads = static_cast<std::size_t>(threads);
+    base.host_cache_bytes = cache_bytes;
+    variant_opts.push_back(preset_options(v, static_cast<std::size_t>(params), base));
+    layouts.push_back(offload_layout::of(static_cast<std::size_t>(params), adamw_options{}, variant_opts.back()));
+  }
+  require_bookkeeping_fits("step", layouts);
+  require_physical_memory(params * (sizeof(float) + sizeof(G)),
+                          fmt::format("step: the weights and gradients of {} parameters", params));
+  {
+    memory_account m;
+    m.add("the weights and gradients", params * (sizeof(float) + sizeof(G)));
+    std::uint64_t slots = 0, slot_bytes = 0, stores = 0, bookkeeping = 0;
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+      const std::size_t k = layouts[i].host_slots(variant_opts[i], false);
+      slots += k;
+      slot_bytes += k * aligned_block_cost(layouts[i].slot_footprint());
+      if (!layouts[i].tier_gradients) stores += aligned_block_cost(params * sizeof(G));
+      bookkeeping += layouts[i].bookkeeping_bytes();
+    }
+    m.add(fmt::format("{} host slots", slots), slot_bytes);
+    m.add("the gradient stores", stores);
+    m.add("bookkeeping", bookkeeping);
+    m.require(fmt::format("step: {} parameters in {}, {} optimizer{}", params, describe_subgroups(layout),
+                          variants.size(), variants.size() == 1 ? "" : "s"),
+              "use a larger --subgroup, a smaller --cache, fewer presets or fewer --params");
+  }
+
   const bool progress = isatty(STDERR_FILENO) != 0;
   const auto t0 = clk::now();
   std::unique_ptr<tracer> trace;
@@ -539,6 +758,8 @@ int run_typed(args& a) {
                                 : "not run",
                p.read_bw() / 1e9, p.write_bw() / 1e9);
   }
+
+  warn_if_slow(variants, layouts, variant_opts, paths, warmup + iters);
 
   // Build every preset's optimizer (each in its own directories), writing the initial state.
   std::vector<runner> runners;
@@ -801,6 +1022,75 @@ int run_typed(args& a) {
   return 0;
 }
 
+/// Everything --device allocates on the host, counted before any of it is (run_device_steps
+/// sizes its optimizer the same way), and the floor of its run time at the paced rates.
+void check_device_run(const device_step_config& c, bool sim, double h2d, double d2h, double rate) {
+  const auto n = static_cast<std::size_t>(c.params), sg = static_cast<std::size_t>(c.subgroup);
+  offload_options base;
+  base.subgroup_elems = sg;
+  base.threads = static_cast<std::size_t>(c.threads);
+  base.host_cache_bytes = c.cache_bytes;
+  offload_options off = presets::strata_preset::options(n, adamw_options{}, base);
+  const auto layout = offload_layout::of(n, adamw_options{}, off);
+  if (c.cache_bytes == unlimited_capacity) off.host_cache_bytes = layout.cache_bytes(layout.subgroups());
+  require_bookkeeping_fits("step --device", {layout});
+  require_physical_memory(c.params * (sizeof(float) + 3 * sizeof(bf16)),
+                          fmt::format("step --device: the weights, gradients and model of {} parameters", c.params));
+  memory_account m;
+  // fp32 initial weights, the bf16 gradients and model staged for the device (and, with sim, the
+  // "device" copies, which live in host memory).
+  m.add("the weights, gradients and model", c.params * (sizeof(float) + 2 * sizeof(bf16)) +
+                                            (sim ? c.params * 2 * sizeof(bf16) : 0));
+  const std::size_t slots = layout.host_slots(off, true);
+  m.add(fmt::format("{} host slots", slots), slots * aligned_block_cost(layout.slot_footprint()));
+  m.add("the gradient store", aligned_block_cost(c.params * sizeof(bf16)));
+  if (c.paths.empty()) {  // the host path holds every subgroup's state, one block each
+    const std::size_t last = layout.subgroups() - 1;
+    m.add("the state on the host path",
+          last * aligned_block_cost(layout.state_bytes(0)) + aligned_block_cost(layout.state_bytes(last)));
+  }
+  m.add(fmt::format("bookkeeping ({} per subgroup)", format_size(layout.bookkeeping_bytes() / layout.subgroups())),
+        layout.bookkeeping_bytes());
+  // measure_update_rates' probe subgroup: 16 bytes a parameter on each side.
+  m.add("the rate probe", (sim ? 2 : 1) * aligned_block_cost(static_cast<std::uint64_t>(sg) * 16));
+  if (sim)
+    m.add("the simulated device's slots",
+          off.device_depth * aligned_block_cost(layout.max_state_bytes() + layout.device_extra_bytes()));
+  m.require(fmt::format("step --device: {} parameters in {}", c.params, describe_subgroups(layout)),
+            layout.subgroups() > 1000 ? "use a larger --subgroup or fewer --params" : "use fewer --params");
+
+  run_time_floor t;
+  if (sim) {
+    // measure_update_rates: a warm-up and 3 timed rounds of copies both ways and a kernel.
+    const double probe = 4.0 * 16 * static_cast<double>(sg);
+    const std::string probe_size = format_size(static_cast<std::uint64_t>(probe));
+    t.phase({{probe / h2d, fmt::format("the rate probe's {} over --h2d {}", probe_size, describe_rate(h2d))}});
+    t.phase({{probe / d2h, fmt::format("the rate probe's {} over --d2h {}", probe_size, describe_rate(d2h))}});
+    t.phase({{4.0 * static_cast<double>(sg) / rate,
+              fmt::format("the rate probe's kernels at --device-rate {:.3g} parameters/s", rate)}});
+    // Every step moves the bf16 gradients D2H and, wherever a subgroup is updated, 2 bytes or
+    // more of it H2D (the weights back, or the state in); device updates at the kernel rate.
+    const double steps = static_cast<double>((c.warmup + c.iters) * (c.compare_cpu ? 2 : 1));
+    const double bytes = steps * 2 * static_cast<double>(n);
+    const auto what = [&](std::string_view link, double bw) {
+      return fmt::format("{:.0f} steps' {} over --{} {}", steps, format_size(static_cast<std::uint64_t>(bytes)), link,
+                         describe_rate(bw));
+    };
+    t.phase({{bytes / d2h, what("d2h", d2h)},
+             {bytes / h2d, what("h2d", h2d)},
+             {c.share ? *c.share * static_cast<double>(n) * steps / rate : 0.0,
+              fmt::format("the device updates at --device-rate {:.3g} parameters/s", rate)}});
+  }
+  double caps = 0;  // the initial state over the paths' write caps (the placement splits by them)
+  for (const auto& p : c.paths) caps = p.write_cap > 0 && caps >= 0 ? caps + p.write_cap : -1;
+  if (caps > 0) {
+    const double state = 12.0 * static_cast<double>(n);
+    t.phase({{state / caps, fmt::format("writing the initial {} of state at the paths' caps of {}",
+                                        format_size(static_cast<std::uint64_t>(state)), describe_rate(caps))}});
+  }
+  t.warn_if_long("step --device");
+}
+
 /// --device sim|cuda: the strata preset with the model and gradients in device memory.
 int run_device(args& a, const std::string& device) {
   device_step_config c;
@@ -823,8 +1113,6 @@ int run_device(args& a, const std::string& device) {
   c.trace_path = a.get("trace");
   a.finish();
   if (c.params == 0 || c.subgroup == 0) throw usage_error("step: --params and --subgroup must be positive");
-  require_physical_memory(c.params * (sizeof(float) + 3 * sizeof(bf16)),
-                          fmt::format("step --device: the weights, gradients and model of {} parameters", c.params));
   if (c.iters == 0 || c.iters > 1000 || c.warmup > 1000) throw usage_error("step: --iters must be 1..1000, --warmup 0..1000");
   if (c.threads == 0 || c.threads > 1024) throw usage_error("step: --threads must be 1..1024");
   if (c.share && !(*c.share >= 0 && *c.share <= 1)) throw usage_error("step: --device-share must be in [0, 1]");
@@ -839,6 +1127,14 @@ int run_device(args& a, const std::string& device) {
     pc.write_cap = p.write_cap;
     c.paths.push_back(pc);
   }
+  // A subgroup larger than the model is the model: sizing slots, and the rate probe, by the
+  // option would allocate (and pace) a subgroup that does not exist.
+  if (c.subgroup > c.params) {
+    fmt::print("step: --subgroup {} is more than the {} parameters: one subgroup of {}\n", c.subgroup, c.params,
+               c.params);
+    c.subgroup = c.params;
+  }
+  check_device_run(c, device == "sim", h2d, d2h, rate);
   // The state never outlives the run (also when it fails): the optimizer removes its objects,
   // then the directories made here go if they are empty.
   struct cleanup {

@@ -1,6 +1,11 @@
-// Nothing of the user's is deleted or silently corrupted, and bad input is a typed error: the
-// library side of issue 13 (the tools' side is in tests/reliability.cmake and kill_test.cpp).
+// Nothing of the user's is deleted or silently corrupted, a crash leaves nothing that stops the
+// next run, and bad input is a typed error (the tools' side is in tests/CMakeLists.txt, label
+// `reliability`, and kill_test.cpp).
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -9,6 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +23,7 @@
 #include <strata/strata.hpp>
 
 #include "../tier/tier_fixtures.hpp"
+#include "../child_process.hpp"
 #include "offload_test_support.hpp"
 
 namespace {
@@ -220,12 +227,13 @@ TEST_CASE("a tier too small for the state is refused up front; a construction th
   }
   strata::faulty<strata::host_tier> tier(strata::host_tier_options{.name = "disk"});
   const std::vector<std::byte> old(16, std::byte{1});
-  tier.write("strata.sg-9", 0, old).get();  // an object an earlier run left: overwritten, never removed
+  tier.write("strata.sg-9", 0, old).get();  // an earlier optimizer's object: replaced, not patched
+  tier.write("users-object", 0, old).get();
   tier.inject({.kind = strata::fault_kind::enospc, .op = strata::fault_op::write, .object = {}, .after = 4});
   using faulty_opt = strata::offloaded_adamw<strata::faulty<strata::host_tier>, strata::lru, strata::alternating>;
   CHECK_THROWS_AS(faulty_opt(tier, init, {}, small_options()), strata::capacity_error);
-  for (std::size_t s = 0; s < 9; ++s) CHECK_FALSE(tier.size(fmt::format("strata.sg-{}", s)).has_value());
-  CHECK(tier.size("strata.sg-9").has_value());
+  for (std::size_t s = 0; s < 10; ++s) CHECK_FALSE(tier.size(fmt::format("strata.sg-{}", s)).has_value());
+  CHECK(tier.size("users-object") == 16);
 }
 
 TEST_CASE("a damaged state file always ends in integrity_error, never in a wrong weight") {
@@ -295,4 +303,236 @@ TEST_CASE("thousands of requests in flight on a file_tier queue for descriptors 
     for (int i = 0; i < 2000; ++i) CHECK(t.remove(fmt::format("o-{}", i)));
   }
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &old) == 0);
+}
+
+namespace {
+
+// The state files of `dir` padded to whole 4 KiB blocks, as a kill between file_tier's padded
+// O_DIRECT write and its ftruncate leaves them.
+std::size_t pad_objects(const fs::path& dir) {
+  std::size_t padded = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const auto name = e.path().filename().string();
+    if (!name.starts_with("strata.sg-")) continue;
+    const auto size = fs::file_size(e.path());
+    if (size % 4096 == 0) continue;
+    fs::resize_file(e.path(), (size / 4096 + 1) * 4096);
+    ++padded;
+  }
+  return padded;
+}
+
+}  // namespace
+
+TEST_CASE("objects a crash left longer than their state stop neither a resume nor a fresh run under checksums") {
+  temp_dir dir(fs::temp_directory_path(), "padded");
+  strata::offloaded_adamw_config c;
+  c.preset = "strata";
+  c.offload = small_options();
+  c.integrity_block_bytes = 64 * 1024;  // the default: one block per subgroup, cut by the padding
+  strata::offload_path_config p;
+  p.directory = dir.path() / "nvme";
+  p.name = "nvme";
+  c.paths.push_back(p);
+  const auto ck = dir.path() / "ckpt";
+  const auto init = random_params(n, 21);
+  const auto g = random_grads<strata::bf16>(n, 22);
+  flat_reference ref(init, {});
+  std::vector<float> w(n);
+  {
+    auto opt = strata::make_offloaded_adamw(c, init);
+    opt->save(ck);
+    opt->step(std::span<const strata::bf16>(g), 1e-3);
+    opt->flush();
+  }  // as after a kill: the objects stay, recorded in the directory's journal
+  REQUIRE(pad_objects(p.directory) == n / sg);
+  {
+    auto opt = strata::load_offloaded_adamw(c, ck);  // resumes from step 0, whatever the tier holds
+    opt->read_master(w);
+    CHECK(same_bits(w, init));
+    opt->step(std::span<const strata::bf16>(g), 1e-3);
+    ref.step(std::span<const strata::bf16>(g), 1e-3);
+    opt->read_master(w);
+    CHECK(same_bits(w, ref.p));
+    opt->flush();
+  }
+  REQUIRE(pad_objects(p.directory) == n / sg);
+  auto opt = strata::make_offloaded_adamw(c, init);  // a fresh run reclaims the killed run's objects
+  opt->read_master(w);
+  CHECK(same_bits(w, init));
+  CHECK(opt->remove_state() == n / sg);
+}
+
+TEST_CASE("a fresh run refuses another job's objects by name and leaves them; asked to, it replaces them") {
+  temp_dir dir(fs::temp_directory_path(), "foreign");
+  strata::offloaded_adamw_config c;
+  c.offload = small_options();
+  strata::offload_path_config p;
+  p.directory = dir.path() / "nvme";
+  c.paths.push_back(p);
+  fs::create_directories(p.directory);
+  write_file(p.directory / "strata.sg-4", "another job's subgroup");
+  const auto init = random_params(n, 23);
+  CHECK_THROWS_WITH_AS(strata::make_offloaded_adamw(c, init), doctest::Contains("strata.sg-4"),
+                       strata::foreign_file_error);
+  CHECK(read_file(p.directory / "strata.sg-4") == "another job's subgroup");
+  c.paths[0].adopt_existing = true;
+  auto opt = strata::make_offloaded_adamw(c, init);
+  std::vector<float> w(n);
+  opt->read_master(w);
+  CHECK(same_bits(w, init));
+  CHECK(opt->remove_state() == n / sg);
+  CHECK_FALSE(fs::exists(p.directory / "strata.sg-4"));
+}
+
+TEST_CASE("two saves into one checkpoint directory at once: the second is a busy_error naming the first") {
+  temp_dir dir(fs::temp_directory_path(), "ckpt-busy");
+  const auto ck = dir.path() / "ckpt";
+  fs::create_directories(ck);
+  const auto init = random_params(n, 24);
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  host_opt opt(tier, init, {}, small_options());
+  {
+    const strata::directory_lock saving(ck, "a checkpoint save of step 7");  // another optimizer, mid-save
+    CHECK_THROWS_WITH_AS(opt.save(ck), doctest::Contains("a checkpoint save of step 7"), strata::busy_error);
+  }
+  int locked[2], tried[2];  // child -> parent: "holding"; parent -> child: "done, let go"
+  REQUIRE(::pipe(locked) == 0);
+  REQUIRE(::pipe(tried) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // another process saving: holds the directory until the parent has tried
+    ::close(locked[0]);
+    ::close(tried[1]);
+    try {
+      const strata::directory_lock saving(ck, "a checkpoint save of step 9");
+      char c = 'x';
+      (void)!::write(locked[1], &c, 1);
+      (void)!::read(tried[0], &c, 1);
+    } catch (...) {
+      ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  ::close(locked[1]);
+  ::close(tried[0]);
+  char c = 0;
+  REQUIRE(::read(locked[0], &c, 1) == 1);
+  try {
+    opt.save(ck);
+    FAIL("two saves ran at once");
+  } catch (const strata::busy_error& e) {
+    CHECK(e.holder_pid() == child);
+    CHECK(std::string(e.what()).find("step 9") != std::string::npos);
+  }
+  (void)!::write(tried[1], &c, 1);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  ::close(locked[0]);
+  ::close(tried[1]);
+  CHECK(fs::is_empty(ck));  // the refused saves left nothing
+  opt.save(ck);             // and the directory is free again
+  CHECK(strata::read_checkpoint_manifest(ck).step == 0);
+}
+
+namespace {
+
+// Runs `body` in a child process with a tmpfs of `bytes` mounted at `dir` (a user and mount
+// namespace of its own: no privilege needed, nothing outside sees it). Returns the child's exit
+// code: 0 when `body` returned true, 77 when this kernel gives no such namespace.
+template <class Body>
+int on_small_tmpfs(const fs::path& dir, std::uint64_t bytes, Body&& body) {
+  const auto uid = ::geteuid();
+  const auto gid = ::getegid();
+  const auto end = in_child([&]() -> int {
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return 77;
+    const auto put = [](const char* file, const std::string& text) {
+      const int fd = ::open(file, O_WRONLY);
+      const bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+      if (fd >= 0) ::close(fd);
+      return ok;
+    };
+    if (!put("/proc/self/setgroups", "deny") || !put("/proc/self/uid_map", fmt::format("0 {} 1", uid)) ||
+        !put("/proc/self/gid_map", fmt::format("0 {} 1", gid)))
+      return 77;
+    if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 77;
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, fmt::format("size={}", bytes).c_str()) != 0) return 77;
+    return body() ? 0 : 1;
+  });
+  INFO(describe(end));
+  REQUIRE_FALSE(end.hung);
+  REQUIRE(end.signal == 0);
+  return end.code;
+}
+
+std::set<std::string> listing(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("a full disk at any point of a save is a capacity_error that leaves nothing behind") {
+  temp_dir dir(fs::temp_directory_path(), "ckpt-full");
+  const auto mnt = dir.path() / "small";
+  fs::create_directories(mnt);
+  constexpr std::uint64_t disk = 512 * 1024;  // the checkpoint is 120 KB: about a quarter of it
+  const int rc = on_small_tmpfs(mnt, disk, [&] {
+    const auto init = random_params(n, 25);
+    strata::host_tier tier(strata::host_tier_options{.name = "t"});
+    host_opt opt(tier, init, {}, small_options());
+    const auto ck = mnt / "ckpt";
+    fs::create_directories(ck);
+    const auto filler = mnt / "filler";
+    bool ok = true;
+    // Each save is tried with 0, 4, 8, ... KiB free until it fits: the disk fills in the
+    // journal, the data file, its fsync or the manifest.
+    for (int save = 0; save < 2 && ok; ++save) {
+      const auto before = listing(ck);
+      int failures = 0;
+      for (std::uint64_t free = 0;; free += 4096) {
+        fs::remove(filler);
+        {
+          const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+          const std::vector<char> page(4096, 'f');
+          while (::write(fd, page.data(), page.size()) == static_cast<ssize_t>(page.size())) {
+          }
+          ::close(fd);
+        }
+        fs::resize_file(filler, fs::file_size(filler) > free ? fs::file_size(filler) - free : 0);
+        try {
+          opt.save(ck);
+          break;
+        } catch (const strata::capacity_error&) {
+          ++failures;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "save %d with %llu bytes free: not a capacity_error: %s\n", save,
+                       static_cast<unsigned long long>(free), e.what());
+          return false;
+        }
+        if (const auto after = listing(ck); after != before) {
+          std::string extra;
+          for (const auto& f : after) extra += " " + f;
+          std::fprintf(stderr, "save %d with %llu bytes free left files behind; now:%s\n", save,
+                       static_cast<unsigned long long>(free), extra.c_str());
+          return false;
+        }
+        if (free > disk) return false;
+      }
+      ok = failures > 3;  // the sweep met the disk filling up several times
+      if (!ok) std::fprintf(stderr, "save %d failed only %d times\n", save, failures);
+      strata::host_tier back_tier(strata::host_tier_options{.name = "back"});
+      ok = ok && host_opt::load(ck, back_tier, small_options()).step_count() == opt.step_count();
+      const auto g = random_grads<strata::bf16>(n, 26);
+      opt.step(std::span<const strata::bf16>(g), 1e-3);
+    }
+    return ok;
+  });
+  if (rc == 77) {
+    MESSAGE("skipped: no user and mount namespace here (a small tmpfs is needed to fill a disk)");
+    return;
+  }
+  CHECK(rc == 0);
 }

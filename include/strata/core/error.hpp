@@ -41,6 +41,21 @@ class busy_error : public error {
   long pid_;
 };
 
+/// A file strata would have to write, truncate or remove is not provably its own: it was there
+/// before strata created it and no record of strata's names it, or it is a symlink, a FIFO, a
+/// directory, another user's file or one with other hard links. strata never follows, changes or
+/// removes such a file; the message names it and says what to do.
+class foreign_file_error : public busy_error {
+ public:
+  foreign_file_error(const std::string& what, std::filesystem::path file)
+      : busy_error(what), path_(std::make_shared<const std::filesystem::path>(std::move(file))) {}
+  /// The file that was left alone.
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return *path_; }
+
+ private:
+  std::shared_ptr<const std::filesystem::path> path_;  // shared: copying the exception cannot throw
+};
+
 /// A budget or a device is full: host memory budget exceeded, ENOSPC/EDQUOT on a tier.
 /// Carries the bytes asked for and the bytes available when the caller knows them (else 0).
 class capacity_error : public error {

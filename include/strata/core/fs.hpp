@@ -3,6 +3,7 @@
 /// layer that traces, manifests and checkpoints share.
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -10,11 +11,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "strata/core/error.hpp"
 
@@ -64,16 +68,102 @@ class unique_fd {
   }
 }
 
+namespace detail {
+
+/// What a file of type `mode` is, for messages ("a symlink", "a FIFO", ...).
+[[nodiscard]] inline std::string_view file_type_text(mode_t mode) noexcept {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFLNK: return "a symlink";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    default: return "a special file";
+  }
+}
+
+/// Why a file with status `st` cannot be strata's own (empty when it can): strata's files are
+/// regular files of this user with no other hard link.
+[[nodiscard]] inline std::string not_own_reason(const struct stat& st) {
+  if (!S_ISREG(st.st_mode)) return std::string(file_type_text(st.st_mode));
+  if (st.st_uid != ::geteuid()) return fmt::format("a file of uid {}", static_cast<long>(st.st_uid));
+  if (st.st_nlink > 1) return fmt::format("a file with {} hard links", static_cast<long>(st.st_nlink));
+  return {};
+}
+
+[[noreturn]] inline void throw_not_own(const std::filesystem::path& path, std::string_view reason) {
+  throw foreign_file_error(fmt::format("{} is {}, not a file strata made: strata neither follows, changes nor removes "
+                                       "it (move it away to let strata use this name)",
+                                       path.string(), reason),
+                           path);
+}
+
+}  // namespace detail
+
+/// Opens one of strata's own files (a lock, a journal, a manifest, a tier object), never
+/// anything else: the last component is not followed (O_NOFOLLOW), opening never blocks (a FIFO),
+/// and the file must be a regular file of this user with no other hard link, else
+/// foreign_file_error naming it. O_CREAT | O_EXCL creates it new; O_TRUNC truncates only after the
+/// checks. Other failures are io_errors.
+[[nodiscard]] inline unique_fd open_own_file(const std::filesystem::path& path, int flags, mode_t mode = 0644) {
+  const bool truncate = (flags & O_TRUNC) != 0;
+  unique_fd fd;
+  for (;;) {
+    const int f = ::open(path.c_str(), (flags & ~O_TRUNC) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+    if (f >= 0) {
+      fd.reset(f);
+      break;
+    }
+    const int err = errno;
+    if (err == EINTR) continue;
+    struct stat st {};
+    if ((err == ELOOP || err == ENXIO || err == EISDIR || err == EWOULDBLOCK || err == EEXIST) &&
+        ::lstat(path.c_str(), &st) == 0) {
+      if (const auto why = detail::not_own_reason(st); !why.empty()) detail::throw_not_own(path, why);
+      if (err == EEXIST) detail::throw_not_own(path, "a file that existed before strata would have created it");
+    }
+    throw io_error("open", path, err);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw io_error("fstat", path, errno);
+  if (const auto why = detail::not_own_reason(st); !why.empty()) detail::throw_not_own(path, why);
+  if (truncate && st.st_size != 0 && ::ftruncate(fd.get(), 0) != 0) throw io_error("ftruncate", path, errno);
+  return fd;
+}
+
+namespace detail {
+/// A full device or quota as capacity_error (what callers can act on), anything else as io_error.
+[[noreturn]] inline void throw_write_error(std::string_view op, const std::filesystem::path& path,
+                                           std::optional<std::uint64_t> offset, int err) {
+  if (err == ENOSPC || err == EDQUOT)
+    throw capacity_error(fmt::format("{} {}{}: {}", op, path.string(),
+                                     offset ? fmt::format(" at offset {}", *offset) : std::string(), errno_text(err)));
+  throw io_error(op, path, offset, err);
+}
+}  // namespace detail
+
 /// Writes all of `bytes` at the current position, completing short writes and retrying EINTR.
+/// A full device (ENOSPC, EDQUOT) is a capacity_error; other failures io_errors.
 inline void write_all(int fd, std::span<const std::byte> bytes, const std::filesystem::path& path) {
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      throw io_error("write", path, done, errno);
+      detail::throw_write_error("write", path, done, errno);
     }
     done += static_cast<std::size_t>(n);
+  }
+}
+
+/// fsync(2) or fdatasync(2) (`data_only`) that names the file; ENOSPC/EDQUOT (delayed
+/// allocation, NFS) are capacity_errors.
+inline void sync_file(int fd, const std::filesystem::path& path, bool data_only = false) {
+  while ((data_only ? ::fdatasync(fd) : ::fsync(fd)) != 0) {
+    if (errno == EINTR) continue;
+    detail::throw_write_error(data_only ? "fdatasync" : "fsync", path, std::nullopt, errno);
   }
 }
 
@@ -81,26 +171,31 @@ inline void write_all(int fd, std::span<const std::byte> bytes, const std::files
 enum class durability : std::uint8_t { none, fsync };
 
 /// Replaces `path` with `contents` atomically: readers see the old file or the new one, never a
-/// mix. Writes "<path>.tmp" and renames it; with durability::fsync the data and the directory
-/// entry are synced first, so the new file also survives a crash.
+/// mix. Writes "<path>.tmp" (a file of strata's own: open_own_file) and renames it over `path`,
+/// which must not be a symlink, FIFO or directory (foreign_file_error: it is left alone); with
+/// durability::fsync the data and the directory entry are synced first, so the new file also
+/// survives a crash. A full device is a capacity_error; nothing of the attempt is left behind.
 inline void write_file_atomic(const std::filesystem::path& path, std::string_view contents,
                               durability mode = durability::none) {
+  struct stat target {};
+  if (::lstat(path.c_str(), &target) == 0 && !S_ISREG(target.st_mode)) detail::throw_not_own(path, detail::file_type_text(target.st_mode));
   auto tmp = path;
   tmp += ".tmp";
+  auto fd = open_own_file(tmp, O_WRONLY | O_CREAT | O_TRUNC);  // (throws before anything is ours to remove)
   try {
-    auto fd = open_file(tmp, O_WRONLY | O_CREAT | O_TRUNC);
     write_all(fd.get(), std::as_bytes(std::span(contents.data(), contents.size())), tmp);
-    if (mode == durability::fsync && ::fsync(fd.get()) != 0) throw io_error("fsync", tmp, errno);
+    if (mode == durability::fsync) sync_file(fd.get(), tmp);
     fd.close(tmp);
     if (::rename(tmp.c_str(), path.c_str()) != 0) throw io_error("rename to " + path.string(), tmp, errno);
   } catch (...) {
-    ::unlink(tmp.c_str());  // leave no half-written temporary behind
+    fd.reset();
+    ::unlink(tmp.c_str());  // ours (checked at open): leave no half-written temporary behind
     throw;
   }
   if (mode == durability::fsync) {
     auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
     auto dfd = open_file(dir, O_RDONLY | O_DIRECTORY);
-    if (::fsync(dfd.get()) != 0) throw io_error("fsync", dir, errno);
+    sync_file(dfd.get(), dir);
   }
 }
 

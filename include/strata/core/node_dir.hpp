@@ -1,11 +1,26 @@
 #pragma once
 /// Where node-wide coordination files live (node limiters, shared links): one directory per user
 /// on a node-local file system, so every process of the node that names the same thing finds it.
+///
+/// Those directories and files are shared with every process of the node, so strata trusts
+/// nothing it finds there: the directory must be a real directory (not a symbolic link) owned by
+/// this user, and every file of ours is opened as open_own_file does (fs.hpp): never through a
+/// link (O_NOFOLLOW), never blocking (a FIFO), and used only when it is a regular file of this
+/// user. Anything else is refused with a foreign_file_error naming the path, so that a link
+/// planted at one of our names can never make strata write to a file of the user's (or create one
+/// outside), and a FIFO never blocks it. Only the last component of a directory is checked: in
+/// the default places (/dev/shm, /tmp: sticky) no other user can rename or remove one of ours.
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -15,6 +30,7 @@
 #include "strata/core/env.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
+#include "strata/core/fs.hpp"
 
 namespace strata {
 
@@ -48,12 +64,81 @@ inline void check_node_name(std::string_view kind, const std::string& name) {
                  kind, name);
 }
 
-/// mkdir -p that throws io_error naming the directory.
-inline void make_directories(const std::filesystem::path& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw io_error("mkdir", dir, ec.value());
-  if (!std::filesystem::is_directory(dir, ec)) throw io_error("mkdir", dir, ENOTDIR);
+/// This boot's id (/proc/sys/kernel/random/boot_id: the steady clock and pids restart with it),
+/// or empty where the kernel does not say.
+[[nodiscard]] inline std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string s;
+  in >> s;
+  return s;
+}
+
+/// A node-wide file opened for reading and writing, with the identity it had when opened.
+struct node_file {
+  unique_fd fd;
+  dev_t device = 0;
+  ino_t inode = 0;
+};
+
+/// Opens the node-wide file `path`, creating it (mode 0600) when missing, as open_own_file does:
+/// never through a symbolic link, never blocking on a FIFO, only a regular file of this user
+/// (foreign_file_error naming it otherwise).
+[[nodiscard]] inline node_file open_node_file(const std::filesystem::path& path) {
+  node_file f;
+  f.fd = open_own_file(path, O_RDWR | O_CREAT, 0600);
+  struct stat st{};
+  if (::fstat(f.fd.get(), &st) != 0) throw io_error("fstat", path, errno);
+  f.device = st.st_dev;
+  f.inode = st.st_ino;
+  return f;
+}
+
+/// Whether `path` still names the file `f` (it may have been removed or replaced meanwhile).
+[[nodiscard]] inline bool names_file(const std::filesystem::path& path, const node_file& f) noexcept {
+  struct stat st{};
+  return ::lstat(path.c_str(), &st) == 0 && st.st_dev == f.device && st.st_ino == f.inode;
+}
+
+/// Creates the node directory `directory` and its missing parents (new ones with mode 0700),
+/// then checks that it is a real directory of this user: a symbolic link or another user's
+/// directory is a foreign_file_error naming it (strata would otherwise put its files wherever the
+/// link points, or where another user can swap them), anything else an io_error.
+inline void make_node_directory(const std::filesystem::path& directory) {
+  auto dir = directory.lexically_normal();
+  if (!dir.has_filename() && dir.has_parent_path()) dir = dir.parent_path();  // "a/b/" would follow a link at b
+  std::filesystem::path prefix;
+  for (const auto& part : dir) {
+    prefix /= part;
+    if (part.empty() || part == prefix.root_path() || part == "." || part == "..") continue;
+    while (::mkdir(prefix.c_str(), 0700) != 0) {
+      if (errno == EEXIST) break;
+      if (errno != EINTR) throw io_error("mkdir", prefix, errno);
+    }
+  }
+  struct stat st{};
+  if (::lstat(dir.c_str(), &st) != 0) throw io_error("mkdir", dir, errno);
+  if (S_ISDIR(st.st_mode) && st.st_uid == ::geteuid()) return;
+  if (!S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode)) throw io_error("mkdir", dir, ENOTDIR);
+  throw foreign_file_error(
+      fmt::format("node directory {} is {}, not a directory of this user (uid {}): strata keeps its node-wide files "
+                  "only in a real directory of its own (remove it, or name another one with "
+                  "STRATA_NODE_LIMITER_DIR)",
+                  dir.string(),
+                  S_ISLNK(st.st_mode) ? std::string("a symlink") : fmt::format("a directory of uid {}", st.st_uid),
+                  ::geteuid()),
+      dir);
+}
+
+/// A 64-bit checksum (FNV-1a, then mixed) of a node-wide file's header, so that garbage or a torn
+/// header is told from a real one.
+[[nodiscard]] inline std::uint64_t node_checksum(const void* data, std::size_t size) noexcept {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (std::size_t i = 0; i < size; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return h;
 }
 
 }  // namespace detail

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -24,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/directory_lock.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/fs.hpp"
@@ -35,7 +37,7 @@ namespace strata {
 namespace detail {
 
 inline std::string read_small_file(const std::filesystem::path& path) {
-  auto fd = open_file(path, O_RDONLY);
+  auto fd = open_file(path, O_RDONLY | O_NONBLOCK);  // (a FIFO must not block the reader)
   std::string text;
   char buf[65536];
   for (;;) {
@@ -71,10 +73,7 @@ inline void pwrite_all(int fd, std::span<const std::byte> src, std::uint64_t off
     const ssize_t n = ::pwrite(fd, src.data() + done, src.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == ENOSPC || errno == EDQUOT)
-        throw capacity_error(
-            fmt::format("pwrite {} at offset {}: {}", path.string(), offset + done, detail::errno_text(errno)));
-      throw io_error("pwrite", path, offset + done, errno);
+      throw_write_error("pwrite", path, offset + done, errno);
     }
     done += static_cast<std::size_t>(n);
   }
@@ -114,14 +113,16 @@ inline constexpr std::string_view checkpoint_journal = "manifest.pending";
 /// saves that were killed are removed, and nothing else: every data file is named in a journal
 /// (manifest.pending) before it is created, so only files this function created are ever
 /// removed, whatever else the directory holds.
+///
+/// The directory is locked while the save runs (directory_lock): a second save into it, from
+/// any process, is a busy_error naming the holder. A full device is a capacity_error, and a
+/// failed save leaves nothing of itself behind (its data file is removed, the journal restored).
 template <class Visit>
 void write_checkpoint(const std::filesystem::path& dir, checkpoint_manifest m, std::size_t subgroups, Visit&& visit) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw io_error("mkdir", dir, ec.value());
-  std::random_device rd;
-  m.data_file = fmt::format("state-{}-{:08x}{:08x}.bin", m.step, rd(), rd());
-  const auto data_path = dir / m.data_file;
+  const directory_lock owner(dir, fmt::format("a checkpoint save of step {}", m.step));
   // What this save may remove afterwards: the replaced checkpoint's data file, and data files of
   // saves that never published their manifest (journaled; only names of our own form count).
   std::vector<std::string> ours;
@@ -130,48 +131,84 @@ void write_checkpoint(const std::filesystem::path& dir, checkpoint_manifest m, s
   } catch (const error&) {  // none, or unreadable: nothing of it is touched
   }
   const auto journal = dir / detail::checkpoint_journal;
-  if (std::filesystem::exists(journal, ec)) {
-    const std::string text = detail::read_small_file(journal);
-    for (std::size_t pos = 0; pos < text.size();) {
-      const auto nl = std::min(text.find('\n', pos), text.size());
-      if (const auto name = text.substr(pos, nl - pos); detail::is_checkpoint_data_name(name)) ours.push_back(name);
+  std::optional<std::string> old_journal;
+  if (struct stat st {}; ::lstat(journal.c_str(), &st) == 0) {
+    old_journal = detail::read_small_file(journal);
+    for (std::size_t pos = 0; pos < old_journal->size();) {
+      const auto nl = std::min(old_journal->find('\n', pos), old_journal->size());
+      if (const auto name = old_journal->substr(pos, nl - pos); detail::is_checkpoint_data_name(name))
+        ours.push_back(name);
       pos = nl + 1;
     }
   }
-  {
-    std::string text;
-    for (const auto& n : ours) text += n + "\n";
-    write_file_atomic(journal, text + m.data_file + "\n", durability::fsync);
-  }
-  {
-    auto fd = open_file(data_path, O_WRONLY | O_CREAT | O_TRUNC);
+  // A fresh name, created new (never an existing file, never through a symlink).
+  std::random_device rd;
+  unique_fd fd;
+  std::filesystem::path data_path;
+  bool created = false;
+  const auto undo = [&]() noexcept {  // a failed save leaves nothing of itself
+    fd.reset();
+    if (created) ::unlink(data_path.c_str());
     try {
-      std::uint64_t offset = 0;
-      m.checksums.assign(subgroups, 0);
-      m.subgroup_bytes.assign(subgroups, 0);
-      std::size_t expected = 0;
-      visit([&](std::size_t s, std::span<const std::byte> bytes) {
-        STRATA_ASSERT(s == expected);
-        ++expected;
-        m.checksums[s] = checksum64(bytes);
-        m.subgroup_bytes[s] = bytes.size();
-        detail::pwrite_all(fd.get(), bytes, offset, data_path);
-        offset += bytes.size();
-      });
-      m.data_bytes = offset;
-      if (::fsync(fd.get()) != 0) throw io_error("fsync", data_path, errno);
-      fd.close(data_path);
-    } catch (...) {
-      fd.reset();
-      ::unlink(data_path.c_str());
-      throw;
+      if (old_journal)
+        write_file_atomic(journal, *old_journal, durability::fsync);
+      else
+        ::unlink(journal.c_str());
+    } catch (const error&) {  // (it names only files of ours, which the next save clears)
     }
+  };
+  try {
+    for (int attempt = 0; !created; ++attempt) {
+      m.data_file = fmt::format("state-{}-{:08x}{:08x}.bin", m.step, rd(), rd());
+      data_path = dir / m.data_file;
+      std::string text;
+      for (const auto& n : ours) text += n + "\n";
+      write_file_atomic(journal, text + m.data_file + "\n", durability::fsync);
+      try {
+        fd = open_own_file(data_path, O_WRONLY | O_CREAT | O_EXCL);
+        created = true;
+      } catch (const foreign_file_error&) {  // someone's file has that name: it stays, take another
+        if (attempt > 8) throw;
+      }
+    }
+  } catch (...) {
+    undo();
+    throw;
   }
-  write_file_atomic(dir / "manifest", m.to_text(), durability::fsync);
-  // The new checkpoint is durable: the one it replaced and leftovers of killed saves can go.
-  for (const auto& name : ours)
-    if (name != m.data_file && detail::is_checkpoint_data_name(name)) std::filesystem::remove(dir / name, ec);
-  std::filesystem::remove(journal, ec);
+  try {
+    std::uint64_t offset = 0;
+    m.checksums.assign(subgroups, 0);
+    m.subgroup_bytes.assign(subgroups, 0);
+    std::size_t expected = 0;
+    visit([&](std::size_t s, std::span<const std::byte> bytes) {
+      STRATA_ASSERT(s == expected);
+      ++expected;
+      m.checksums[s] = checksum64(bytes);
+      m.subgroup_bytes[s] = bytes.size();
+      detail::pwrite_all(fd.get(), bytes, offset, data_path);
+      offset += bytes.size();
+    });
+    m.data_bytes = offset;
+    sync_file(fd.get(), data_path);
+    fd.close(data_path);
+    write_file_atomic(dir / "manifest", m.to_text(), durability::fsync);
+  } catch (...) {
+    bool published = false;  // the rename happened and a later sync failed: the data file is live
+    try {
+      published = read_checkpoint_manifest(dir).data_file == m.data_file;
+    } catch (const error&) {
+    }
+    if (!published) undo();
+    throw;
+  }
+  // The new checkpoint is durable: the one it replaced and leftovers of killed saves can go, if
+  // they are still files of ours (a symlink or a hard link put there is left alone).
+  for (const auto& name : ours) {
+    if (name == m.data_file || !detail::is_checkpoint_data_name(name)) continue;
+    const auto path = dir / name;
+    if (struct stat st {}; ::lstat(path.c_str(), &st) == 0 && detail::not_own_reason(st).empty()) ::unlink(path.c_str());
+  }
+  ::unlink(journal.c_str());
 }
 
 /// Reads the subgroups of a checkpoint back, each verified against its checksum.

@@ -49,6 +49,9 @@ struct offload_path_config {
   double read_bandwidth = 0;        ///< declared speed for placement and the bound (0: the cap, else measured)
   double write_bandwidth = 0;
   bool node_limited = false;        ///< requests hold the node-wide limiter (mlp_offload marks its PFS path)
+  /// Take files in the directory that strata did not make as the path's own objects (to be
+  /// replaced and removed); off: they are refused (file_tier_options::adopt_existing).
+  bool adopt_existing = false;
 };
 
 /// Everything make_offloaded_adamw needs.
@@ -145,6 +148,7 @@ inline any_tier make_offload_path(const offload_path_config& p, std::size_t inde
   fo.name = p.name;
   fo.read_bandwidth = rbw;
   fo.write_bandwidth = wbw;
+  fo.adopt_existing = p.adopt_existing;
   if (throttle && limit) return any_tier::make<limited<throttled<file_tier>, node_limiter>>(*limiter, th, fo);
   if (throttle) return any_tier::make<throttled<file_tier>>(th, fo);
   if (limit) return any_tier::make<limited<file_tier, node_limiter>>(*limiter, fo);

@@ -128,8 +128,10 @@ class offloaded_adamw {
   using event_type = typename Exec::stream_type::event_type;
 
   /// Partitions `params` (the initial fp32 weights) into subgroups, zeroes the moments and writes
-  /// every subgroup's state to `tier`. Throws config_error for invalid options or a budget too
-  /// small for the pipeline (the message says how much is needed), and the tier's errors.
+  /// every subgroup's state to `tier`, replacing objects of its names that a killed or earlier
+  /// run left there (a file_tier refuses to replace anyone else's: foreign_file_error). Throws
+  /// config_error for invalid options or a budget too small for the pipeline (the message says
+  /// how much is needed), and the tier's errors.
   /// Updates run where `Site` says, on an executor the optimizer owns.
   offloaded_adamw(Tier& tier, std::span<const float> params, adamw_options options, offload_options offload = {},
                   Order order = Order{}, Evict evict = Evict{}, tracer* trace = nullptr)
@@ -345,8 +347,9 @@ class offloaded_adamw {
   /// gradients on the tier, its gradient object) and forgets what the host cache held; other
   /// objects and saved checkpoints stay. Afterwards the optimizer takes no step, flush, save or
   /// read (config_error): destroy it. Without this call an optimizer's objects outlive it on the
-  /// tier (on purpose: flush() then load from a checkpoint, or reuse them). Returns how many
-  /// objects were removed.
+  /// tier (as a killed one's do); the next optimizer with the same prefix there (a restarted job,
+  /// from a checkpoint or fresh) removes and rewrites them before it writes anything. Returns how
+  /// many objects were removed.
   std::size_t remove_state() {
     check_state("remove_state");
     removed_ = true;
@@ -531,18 +534,18 @@ class offloaded_adamw {
     });
   }
 
-  // Writes every subgroup's first state. When that fails (a full disk, an I/O error), the objects
-  // this construction created are removed again (those that existed before are left), so a
-  // failed construction leaves the tier as it found it, except for overwritten old objects.
+  // Writes every subgroup's first state. Objects of our names that are there already are a
+  // killed or earlier run's (a tier refuses to give up anyone else's: foreign_file_error): they
+  // are removed first, so nothing of them (a longer file, stale checksums, a copy on another
+  // path) survives into this state, whatever the crash left. When the write fails (a full disk,
+  // an I/O error), the objects it created are removed again.
   template <class Fill>
   void write_initial_state(Fill&& fill) {
-    std::vector<bool> existed(layout_.subgroups());
-    for (std::size_t s = 0; s < layout_.subgroups(); ++s) existed[s] = tier_->size(object_name(s)).has_value();
+    reclaim_objects();
     try {
       s_->pipeline.initialize(std::forward<Fill>(fill));
     } catch (...) {
       for (std::size_t s = 0; s < layout_.subgroups(); ++s) {
-        if (existed[s]) continue;
         try {
           (void)tier_->remove(object_name(s));
         } catch (...) {  // the construction's own error is the one to report
@@ -552,16 +555,39 @@ class offloaded_adamw {
     }
   }
 
-  // The whole state must fit the tier: checked before anything is written, so a disk that cannot
-  // hold it is a capacity_error that says how much is needed, not a failure half-way.
+  // The names this optimizer's objects have on the tier.
+  template <class F>
+  void for_each_object_name(F&& fn) const {
+    for (std::size_t s = 0; s < layout_.subgroups(); ++s) {
+      fn(object_name(s), layout_.state_bytes(s));
+      if (layout_.tier_gradients) fn(offload_layout::gradient_name(offload_.object_prefix, s), length(s) * 4);
+    }
+  }
+
+  // Removes every object of our names, on every path that holds one (a multipath finds one copy
+  // at a time; a crash during a migration can leave two).
+  void reclaim_objects() {
+    for_each_object_name([&](const std::string& name, std::uint64_t) {
+      for (int copies = 0; tier_->size(name).has_value(); ++copies) {
+        if (!tier_->remove(name) || copies > 64)
+          throw io_error(fmt::format("remove (an earlier run's object, tier '{}')", tier_->name()), name, EBUSY);
+      }
+    });
+  }
+
+  // The whole state must fit the tier: checked before anything is written or reclaimed, so a
+  // disk that cannot hold it is a capacity_error that says how much is needed, not a failure
+  // half-way. Objects of our names count as room (they are replaced).
   void check_tier_room() const {
     const std::uint64_t cap = tier_->capacity();
     if (cap == unlimited_capacity) return;
-    std::uint64_t need = 0;
-    for (std::size_t s = 0; s < layout_.subgroups(); ++s)
-      if (!tier_->size(object_name(s))) need += layout_.state_bytes(s) + (layout_.tier_gradients ? length(s) * 4 : 0);
+    std::uint64_t need = 0, reclaimed = 0;
+    for_each_object_name([&](const std::string& name, std::uint64_t bytes) {
+      need += bytes;
+      reclaimed += tier_->size(name).value_or(0);
+    });
     const std::uint64_t used = tier_->used();
-    const std::uint64_t room = cap > used ? cap - used : 0;
+    const std::uint64_t room = (cap > used ? cap - used : 0) + std::min(reclaimed, used);
     if (need > room)
       throw capacity_error(fmt::format("offloaded_adamw: the optimizer state of {} parameters needs {} on tier '{}', "
                                        "which has {} free ({} of {} in use)",

@@ -22,9 +22,24 @@
 /// processes do, through one node_limiter object or several with the same name. One object may
 /// be shared by threads. release() gives back the oldest permit this object holds.
 ///
+/// Damage. queue.lock's header carries a magic number and a checksum, and is checked on every
+/// use. A header that is missing, short, garbage or out of range (a ticket counter near 2^64, a
+/// cap of 0) is rebuilt: the cap from this process, the counter past every ticket in the
+/// directory, so no new ticket can jump the queue. Each ticket file records its process's cap,
+/// so the rebuild also works while processes hold or wait, as long as they all record this
+/// process's cap; otherwise it is a config_error naming the file until none does. Every rebuild
+/// of a file that held something says so with a notice(). A queue.lock that is removed or
+/// replaced meanwhile is opened again by its path. The directories and files are opened as
+/// node_dir.hpp says (no symbolic links, no FIFOs, only this user's): anything else at our names
+/// is a foreign_file_error naming it, and an entry named like a ticket that is not one is never
+/// counted (nor removed). A process stopped while it holds queue.lock (a few microseconds of
+/// bookkeeping) still stalls the others until it runs again: replacing the file under it could
+/// let two tickets be granted one permit.
+///
 /// Limits. The directory must be on a node-local file system with flock (tmpfs, ext4, xfs; not
 /// NFS, where flock becomes a per-process fcntl lock). Do not delete it while processes use it.
 /// A child made by fork() without exec shares its parent's descriptors, and so its permits.
+/// Every process of a node must run the same layout version of these files.
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -61,6 +76,7 @@
 #include "strata/core/expects.hpp"
 #include "strata/core/fs.hpp"
 #include "strata/core/node_dir.hpp"
+#include "strata/core/notice.hpp"
 #include "strata/sync/limiter.hpp"
 
 namespace strata {
@@ -79,10 +95,10 @@ class node_limiter {
                    "node_limiter '{}': permits must be in [1, {}], got {}", name_, max_permits, permits);
     if (directory.empty()) directory = default_node_limiter_dir();
     dir_ = directory / name_;
-    detail::make_directories(directory);
-    detail::make_directories(dir_);
+    detail::make_node_directory(directory);
+    detail::make_node_directory(dir_);
     lock_path_ = dir_ / "queue.lock";
-    lock_fd_ = open_file(lock_path_, O_RDWR | O_CREAT, 0644);
+    lock_file_ = detail::open_node_file(lock_path_);
     std::lock_guard self(mutex_);
     queue_lock q(*this);
     (void)read_header();  // checks the cap against the other processes'
@@ -170,6 +186,11 @@ class node_limiter {
 
  private:
   static constexpr std::size_t max_permits = 1U << 16;
+  // Ticket numbers stay below this (2^63 tickets is centuries at any rate): a header or a file
+  // name beyond it is garbage, and counting up can never wrap.
+  static constexpr std::uint64_t ticket_limit = std::uint64_t{1} << 63;
+  static constexpr std::uint64_t header_magic = 0x5354524e4c510001ULL;  // "STRNLQ", layout version 1
+  static constexpr std::uint64_t ticket_magic = 0x5354524e4c540001ULL;  // "STRNLT", layout version 1
 
   struct ticket {
     std::uint64_t number = 0;
@@ -178,14 +199,21 @@ class node_limiter {
   };
 
   /// flock(queue.lock) for one short critical section; the caller holds mutex_, because the
-  /// lock belongs to the descriptor that all threads using this object share.
+  /// lock belongs to the descriptor that all threads using this object share. When the path names
+  /// another file by then (queue.lock was removed or replaced), it opens that one and locks it
+  /// instead, so that every process keeps meeting the others' lock.
   class queue_lock {
    public:
     explicit queue_lock(node_limiter& l) : l_(l) {
-      while (::flock(l_.lock_fd_.get(), LOCK_EX) != 0)
-        if (errno != EINTR) throw io_error("flock", l_.lock_path_, errno);
+      for (int round = 0;; ++round) {
+        while (::flock(l_.lock_file_.fd.get(), LOCK_EX) != 0)
+          if (errno != EINTR) throw io_error("flock", l_.lock_path_, errno);
+        if (round >= 8 || detail::names_file(l_.lock_path_, l_.lock_file_)) return;
+        ::flock(l_.lock_file_.fd.get(), LOCK_UN);
+        l_.lock_file_ = detail::open_node_file(l_.lock_path_);
+      }
     }
-    ~queue_lock() { ::flock(l_.lock_fd_.get(), LOCK_UN); }
+    ~queue_lock() { ::flock(l_.lock_file_.fd.get(), LOCK_UN); }
     queue_lock(const queue_lock&) = delete;
     queue_lock& operator=(const queue_lock&) = delete;
 
@@ -198,17 +226,26 @@ class node_limiter {
     std::uint64_t next_ticket = 0;
   };
 
-  // Under queue_lock. Reads the header and reconciles the cap.
+  // The bytes of queue.lock's header: magic, permits, next ticket, checksum of the first three.
+  using header_bytes = std::array<std::uint64_t, 4>;
+
+  // Under queue_lock. Reads the header (rebuilding a damaged one) and reconciles the cap.
   header read_header() {
-    std::array<std::uint64_t, 2> raw{};
+    header_bytes raw{};
     ssize_t n;
-    do n = ::pread(lock_fd_.get(), raw.data(), sizeof raw, 0);
+    do n = ::pread(lock_file_.fd.get(), raw.data(), sizeof raw, 0);
     while (n < 0 && errno == EINTR);
     if (n < 0) throw io_error("pread", lock_path_, 0, errno);
-    header h;
-    if (static_cast<std::size_t>(n) == sizeof raw) h = {raw[0], raw[1]};
+    header h{raw[1], raw[2]};
+    if (static_cast<std::size_t>(n) < sizeof raw) {
+      h = rebuild_header(n == 0 ? "" : fmt::format("{} bytes long", n));
+    } else if (raw[0] != header_magic || raw[3] != detail::node_checksum(raw.data(), 3 * sizeof raw[0])) {
+      h = rebuild_header(raw[0] == header_magic ? "its checksum does not match" : "not a queue file of this version");
+    } else if (h.permits < 1 || h.permits > max_permits || h.next_ticket >= ticket_limit) {
+      h = rebuild_header(fmt::format("permits {}, next ticket {}", h.permits, h.next_ticket));
+    }
     if (h.permits != permits_) {
-      if (h.permits != 0 && live_tickets_below(std::numeric_limits<std::uint64_t>::max(), 1) > 0)
+      if (live_tickets_below(ticket_limit, 1) > 0)
         throw config_error(fmt::format("node_limiter '{}': this process asks for {} permits but the processes "
                                        "using {} now have {}",
                                        name_, permits_, dir_.string(), h.permits));
@@ -218,10 +255,41 @@ class node_limiter {
     return h;
   }
 
+  // Under queue_lock: a header for a queue.lock that has none (new, or an empty one: `damage`
+  // empty) or a damaged one, written back. Its counter goes past every ticket in the directory.
+  header rebuild_header(const std::string& damage) {
+    std::uint64_t live = 0, next = 0;
+    bool foreign_cap = false;
+    for_each_ticket([&](std::uint64_t number, const std::filesystem::path& path) {
+      next = std::max(next, number + 1);
+      unique_fd fd;
+      if (probe(path, &fd) != ticket_state::live) return true;
+      ++live;
+      std::array<std::uint64_t, 2> rec{};
+      ssize_t n;
+      do n = ::pread(fd.get(), rec.data(), sizeof rec, 0);
+      while (n < 0 && errno == EINTR);
+      if (n != static_cast<ssize_t>(sizeof rec) || rec[0] != ticket_magic || rec[1] != permits_) foreign_cap = true;
+      return true;
+    });
+    if (live > 0 && foreign_cap)
+      throw config_error(fmt::format("node_limiter '{}': {} is damaged ({}), and of the {} processes holding or "
+                                     "waiting for a permit some have not recorded this process's cap of {}; it is set "
+                                     "up again once none is left",
+                                     name_, lock_path_.string(), damage.empty() ? "empty" : damage, live, permits_));
+    if (!damage.empty() || live > 0)
+      notice(fmt::format("node_limiter '{}': {} was damaged ({}); rebuilt it ({} permits, next ticket {})", name_,
+                         lock_path_.string(), damage.empty() ? "empty" : damage, permits_, next));
+    const header h{permits_, next};
+    write_header(h);
+    return h;
+  }
+
   void write_header(const header& h) {
-    const std::array<std::uint64_t, 2> raw{h.permits, h.next_ticket};
+    header_bytes raw{header_magic, h.permits, h.next_ticket, 0};
+    raw[3] = detail::node_checksum(raw.data(), 3 * sizeof raw[0]);
     ssize_t n;
-    do n = ::pwrite(lock_fd_.get(), raw.data(), sizeof raw, 0);
+    do n = ::pwrite(lock_file_.fd.get(), raw.data(), sizeof raw, 0);
     while (n < 0 && errno == EINTR);
     if (n < 0) throw io_error("pwrite", lock_path_, 0, errno);
     if (static_cast<std::size_t>(n) != sizeof raw) throw io_error("pwrite", lock_path_, 0, EIO);
@@ -231,16 +299,18 @@ class node_limiter {
     return (dir_ / fmt::format("t-{:020}", number)).string();
   }
 
-  // Under queue_lock: the ticket file is created and locked before any other process can scan,
-  // so a scan never mistakes a ticket being born for a dead one.
+  // Under queue_lock: the ticket file is created, locked and filled in before any other process
+  // can scan, so a scan never mistakes a ticket being born for a dead one.
   ticket take_ticket() {
     header h = read_header();
     for (;;) {
       ticket t;
       t.number = h.next_ticket++;
+      if (t.number >= ticket_limit) throw config_error(fmt::format("node_limiter '{}': {} ran out of ticket numbers",
+                                                                   name_, lock_path_.string()));
       t.path = ticket_path(t.number);
       write_header(h);  // first, so that a crash below leaves a gap, never a reused number
-      const int fd = ::open(t.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      const int fd = ::open(t.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
       if (fd < 0) {
         if (errno == EEXIST || errno == EINTR) continue;  // a stray file: take the next number
         throw io_error("open", t.path, errno);
@@ -251,51 +321,86 @@ class node_limiter {
         ::unlink(t.path.c_str());
         throw io_error("flock", t.path, err);
       }
+      // The cap it was taken under, for a rebuild of a damaged header while it is live.
+      const std::array<std::uint64_t, 2> rec{ticket_magic, permits_};
+      ssize_t n;
+      do n = ::pwrite(fd, rec.data(), sizeof rec, 0);
+      while (n < 0 && errno == EINTR);
+      if (n != static_cast<ssize_t>(sizeof rec)) {
+        const int err = n < 0 ? errno : EIO;
+        ::unlink(t.path.c_str());
+        throw io_error("pwrite", t.path, 0, err);
+      }
       return t;
     }
   }
 
-  // Under queue_lock: live tickets numbered below `number`, counting up to `enough`; deletes the
-  // dead ones it meets.
-  std::size_t live_tickets_below(std::uint64_t number, std::size_t enough) {
+  // Calls f(number, path) for each entry of the directory named like a ticket, while it returns
+  // true.
+  template <class F>
+  void for_each_ticket(F&& f) {
     DIR* d = ::opendir(dir_.c_str());
     if (d == nullptr) throw io_error("opendir", dir_, errno);
     struct closer {
       DIR* d;
       ~closer() { ::closedir(d); }
     } close_dir{d};
-    std::size_t live = 0;
     for (;;) {
       errno = 0;
       const dirent* e = ::readdir(d);
       if (e == nullptr) {
         if (errno != 0) throw io_error("readdir", dir_, errno);
-        return live;
+        return;
       }
       const std::string_view file(e->d_name);
       if (!file.starts_with("t-")) continue;
-      std::uint64_t other = 0;
-      const auto [ptr, ec] = std::from_chars(file.data() + 2, file.data() + file.size(), other);
-      if (ec != std::errc{} || ptr != file.data() + file.size() || other >= number) continue;
-      const auto path = dir_ / file;
-      const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-      if (fd < 0) {
-        if (errno == ENOENT) continue;  // released meanwhile
-        throw io_error("open", path, errno);
-      }
-      unique_fd other_fd(fd);
-      int rc;
-      do rc = ::flock(fd, LOCK_EX | LOCK_NB);
-      while (rc != 0 && errno == EINTR);
-      if (rc != 0) {
-        if (errno != EWOULDBLOCK) throw io_error("flock", path, errno);
-        if (++live >= enough) return live;
-        continue;
-      }
-      // Unlocked: its owner released it or died. Names are never reused, so this cannot delete
-      // a newer ticket.
-      if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw io_error("unlink", path, errno);
+      std::uint64_t number = 0;
+      const auto [ptr, ec] = std::from_chars(file.data() + 2, file.data() + file.size(), number);
+      if (ec != std::errc{} || ptr != file.data() + file.size() || number >= ticket_limit) continue;
+      if (!f(number, dir_ / file)) return;
     }
+  }
+
+  enum class ticket_state { gone, dead, live, not_a_ticket };
+
+  // Under queue_lock: whether the ticket file `path` is held by a live process (kept open in
+  // `keep`, when given); a dead one is deleted. An entry that is not a regular file of this user
+  // is not a ticket: it is never counted, nor deleted.
+  ticket_state probe(const std::filesystem::path& path, unique_fd* keep = nullptr) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return ticket_state::gone;  // released meanwhile
+      if (errno == ELOOP || errno == EISDIR || errno == ENXIO || errno == EWOULDBLOCK)
+        return ticket_state::not_a_ticket;  // a link, a directory, a socket
+      throw io_error("open", path, errno);
+    }
+    unique_fd other_fd(fd);
+    struct stat st{};
+    if (::fstat(fd, &st) != 0) throw io_error("fstat", path, errno);
+    if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) return ticket_state::not_a_ticket;
+    int rc;
+    do rc = ::flock(fd, LOCK_EX | LOCK_NB);
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      if (errno != EWOULDBLOCK) throw io_error("flock", path, errno);
+      if (keep != nullptr) *keep = std::move(other_fd);
+      return ticket_state::live;
+    }
+    // Unlocked: its owner released it or died. Names are never reused, so this cannot delete
+    // a newer ticket.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw io_error("unlink", path, errno);
+    return ticket_state::dead;
+  }
+
+  // Under queue_lock: live tickets numbered below `number`, counting up to `enough`; deletes the
+  // dead ones it meets.
+  std::size_t live_tickets_below(std::uint64_t number, std::size_t enough) {
+    std::size_t live = 0;
+    for_each_ticket([&](std::uint64_t other, const std::filesystem::path& path) {
+      if (other >= number || probe(path) != ticket_state::live) return true;
+      return ++live < enough;
+    });
+    return live;
   }
 
   // Under mutex_: takes a ticket into `t`; when it holds a permit at once, moves it to held_ and
@@ -403,7 +508,7 @@ class node_limiter {
   std::size_t permits_;
   std::filesystem::path dir_;
   std::filesystem::path lock_path_;
-  unique_fd lock_fd_;
+  detail::node_file lock_file_;
   mutable std::mutex mutex_;  // guards held_, pending_ and this object's use of queue.lock
   std::deque<ticket> held_;
   std::deque<pending> pending_;  // acquire_async tickets still waiting, oldest first

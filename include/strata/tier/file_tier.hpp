@@ -14,6 +14,14 @@
 ///   capacity_error, other failures io_error naming path, offset and errno text.
 /// - Durability: writes are durable after flush() (fdatasync of touched files, fsync of the
 ///   directory when files were created or removed), not before.
+/// - Ownership: the directory is locked for the tier's life (directory_lock), and only files
+///   strata made are ever written or removed. Every object file it creates is named in the
+///   directory's journal (".strata-objects", tier/detail/object_journal.hpp) before it exists, so
+///   objects a killed run left are reclaimed by the next one; a file that no journal line names
+///   (another job's, a user's) can be read but writing or removing it is a foreign_file_error
+///   naming it, unless `adopt_existing` is set. Object files are opened with O_NOFOLLOW (new ones
+///   with O_EXCL) and must be regular files of this user: a symlink, a FIFO or a hard link in
+///   the directory is never followed, changed or removed.
 /// Environment defaults: STRATA_IO_BACKEND, STRATA_DIRECT_IO, STRATA_CHUNK_BYTES,
 /// STRATA_QUEUE_DEPTH, STRATA_IO_THREADS (see README).
 
@@ -35,6 +43,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <span>
 #include <string>
@@ -53,6 +62,7 @@
 #include "strata/core/notice.hpp"
 #include "strata/core/units.hpp"
 #include "strata/tier/detail/file_io_backend.hpp"
+#include "strata/tier/detail/object_journal.hpp"
 #include "strata/tier/io_future.hpp"
 #include "strata/tier/throughput_meter.hpp"
 #include "strata/tier/tier.hpp"
@@ -85,6 +95,10 @@ struct file_tier_options {
   /// process, is a busy_error naming the holder's pid). Off only for a directory that other
   /// code coordinates itself.
   bool lock_directory = true;
+  /// Take files already in the directory that no journal of strata's names (another job's
+  /// objects, files copied in by hand) as this tier's own, to be overwritten and removed like
+  /// objects it wrote. Off: writing or removing one is a foreign_file_error naming it.
+  bool adopt_existing = false;
   double read_bandwidth = 0;                     ///< declared, bytes/s; 0 = use the measured value
   double write_bandwidth = 0;
   file_syscalls syscalls{};  ///< POSIX engine's syscalls (a test hook)
@@ -111,6 +125,7 @@ class file_tier {
     if (::access(opts_.directory.c_str(), R_OK | W_OK | X_OK) != 0) throw io_error("access", opts_.directory, errno);
     // Two tiers on one directory (two processes, or two optimizers) would corrupt each other.
     if (opts_.lock_directory) lock_ = directory_lock(opts_.directory, fmt::format("file_tier '{}'", opts_.name));
+    journal_ = detail::object_journal(opts_.directory);
     direct_ = opts_.direct && probe_direct_io();
     scan_existing();
     engine_ = make_engine();
@@ -118,16 +133,23 @@ class file_tier {
 
   file_tier(const file_tier&) = delete;
   file_tier& operator=(const file_tier&) = delete;
-  /// Waits for every request in flight (the engine drains), then closes.
-  ~file_tier() { engine_.reset(); }
+  /// Waits for every request in flight (the engine drains), then closes; the journal goes when
+  /// no object of this tier is left.
+  ~file_tier() {
+    engine_.reset();
+    std::lock_guard lock(mutex_);
+    if (sizes_.empty() && opts_.lock_directory) journal_.remove_file();
+  }
 
   io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     try {
       const std::uint64_t end = validate_write(opts_.name, object, offset, bytes.size());
       const auto path = path_of(object);
       std::uint64_t old_size = 0;
+      bool fresh = false;
       {
         std::lock_guard lock(mutex_);
+        check_not_foreign_locked(object, "write");
         const auto it = sizes_.find(object);
         old_size = it == sizes_.end() ? 0 : it->second;
         const std::uint64_t growth = end > old_size ? end - old_size : 0;
@@ -138,8 +160,10 @@ class file_tier {
                                            format_size(used_ + growth), format_size(opts_.capacity)),
                                used_ + growth, opts_.capacity);
         if (it == sizes_.end()) {
+          journal_.created(object);  // before the file exists: a kill from here on leaves it known as ours
           sizes_.emplace(std::string(object), std::max(old_size, end));
           directory_dirty_ = true;
+          fresh = true;
         } else {
           it->second = std::max(old_size, end);
         }
@@ -148,8 +172,15 @@ class file_tier {
       }
       std::shared_ptr<unique_fd> fd;
       try {
-        fd = open_counted(path, O_RDWR | O_CREAT | (direct_ ? O_DIRECT : 0));
+        fd = open_counted(path, O_RDWR | (fresh ? O_CREAT | O_EXCL : 0) | (direct_ ? O_DIRECT : 0));
         if (end > old_size) reserve_space(fd->get(), path, old_size, end);
+      } catch (const foreign_file_error&) {
+        // Someone else's file is under this name now (it appeared since the scan, or replaced
+        // ours): it stays theirs.
+        std::lock_guard lock(mutex_);
+        forget_created_locked(object);
+        foreign_.emplace(std::string(object));
+        throw;
       } catch (...) {
         settle_size(std::string(object), path, nullptr);
         throw;
@@ -169,7 +200,7 @@ class file_tier {
       if (!size || offset > *size || dst.size() > *size - offset)
         throw out_of_range_error(opts_.name, object, offset, dst.size(), size);
       const auto path = path_of(object);
-      auto fd = open_counted(path, O_RDONLY | (direct_ ? O_DIRECT : 0));
+      auto fd = open_counted(path, O_RDONLY | (direct_ ? O_DIRECT : 0), /*own=*/!is_foreign(object));
       auto req = std::make_shared<request>(this, std::string(object), path, std::move(fd), /*write=*/false, offset,
                                            dst.size(), dst.data(), *size);
       return start(req);
@@ -178,19 +209,27 @@ class file_tier {
     }
   }
 
+  /// Removes an object this tier owns; a file of that name that is not strata's is a
+  /// foreign_file_error (and stays).
   bool remove(std::string_view object) {
     validate_object_name(opts_.name, object);
     const auto path = path_of(object);
+    std::lock_guard lock(mutex_);
+    check_not_foreign_locked(object, "remove");
+    if (!sizes_.contains(object)) {
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0) return false;
+      foreign_.emplace(std::string(object));  // appeared after the scan: not ours
+      check_not_foreign_locked(object, "remove");
+    }
+    bool existed = true;
     if (::unlink(path.c_str()) != 0) {
       if (errno != ENOENT) throw io_error("unlink", path, errno);
-      std::lock_guard lock(mutex_);
-      forget_locked(object);
-      return false;
+      existed = false;  // removed behind the tier's back: forget it all the same
     }
-    std::lock_guard lock(mutex_);
-    forget_locked(object);
+    forget_created_locked(object);
     directory_dirty_ = true;
-    return true;
+    return existed;
   }
 
   /// Makes every completed write durable: fdatasync of each file written since the last flush,
@@ -208,14 +247,15 @@ class file_tier {
         const auto path = path_of(object);
         unique_fd fd;
         try {
-          fd = open_file(path, O_RDONLY);
+          fd = open_own_file(path, O_RDONLY);
         } catch (const io_error& e) {
           if (e.error_number() == ENOENT) continue;  // removed since: nothing to sync
           throw;
         }
-        if (::fdatasync(fd.get()) != 0) throw io_error("fdatasync", path, errno);
+        sync_file(fd.get(), path, true);
       }
       if (dir_dirty) {
+        journal_.sync();  // the journal names every file before the directory shows it
         auto dfd = open_file(opts_.directory, O_RDONLY | O_DIRECTORY);
         if (::fsync(dfd.get()) != 0) throw io_error("fsync", opts_.directory, errno);
       }
@@ -232,9 +272,10 @@ class file_tier {
       std::lock_guard lock(mutex_);
       if (const auto it = sizes_.find(object); it != sizes_.end()) return it->second;
     }
+    // Not ours: report a regular file that is there (readable), never follow a symlink.
     struct stat st {};
     const auto path = opts_.directory / std::string(object);
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
     return static_cast<std::uint64_t>(st.st_size);
   }
 
@@ -312,10 +353,13 @@ class file_tier {
   };
 
   /// A descriptor of `path` that holds one of the slots until it is closed.
-  std::shared_ptr<unique_fd> open_counted(const std::filesystem::path& path, int flags) {
+  // Objects of ours go through open_own_file (no symlink, no FIFO, no hard link); a foreign
+  // object is only ever read, still without following a symlink.
+  std::shared_ptr<unique_fd> open_counted(const std::filesystem::path& path, int flags, bool own = true) {
     fd_slots_->acquire();
     try {
-      return std::shared_ptr<unique_fd>(new unique_fd(open_file(path, flags)), [slots = fd_slots_](unique_fd* f) {
+      auto fd = own ? open_own_file(path, flags) : open_file(path, flags | O_NOFOLLOW | O_NONBLOCK);
+      return std::shared_ptr<unique_fd>(new unique_fd(std::move(fd)), [slots = fd_slots_](unique_fd* f) {
         delete f;
         slots->release();
       });
@@ -525,19 +569,46 @@ class file_tier {
     const auto it = sizes_.find(object);
     if (it == sizes_.end()) return;
     const std::uint64_t actual = rc == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+    if (rc != 0) {
+      forget_created_locked(object);
+      return;
+    }
     used_ = used_ - it->second + actual;
-    if (rc != 0)
-      sizes_.erase(it);
-    else
-      it->second = actual;
+    it->second = actual;
   }
 
-  void forget_locked(std::string_view object) {
+  // An object of ours is gone (removed, or never created): forget it and say so in the journal.
+  void forget_created_locked(std::string_view object) {
     if (const auto it = sizes_.find(object); it != sizes_.end()) {
       used_ -= it->second;
       sizes_.erase(it);
     }
     if (const auto it = dirty_.find(std::string(object)); it != dirty_.end()) dirty_.erase(it);
+    try {
+      journal_.removed(object);
+    } catch (const error& e) {  // the object is gone either way; a stale line only makes a file look ours
+      notice(fmt::format("file_tier '{}': {}", opts_.name, e.what()));
+    }
+  }
+
+  [[nodiscard]] bool is_foreign(std::string_view object) const {
+    std::lock_guard lock(mutex_);
+    return foreign_.contains(object);
+  }
+
+  void check_not_foreign_locked(std::string_view object, std::string_view what) const {
+    if (!foreign_.contains(object)) return;
+    const auto path = path_of(object);
+    struct stat st {};
+    const std::string kind = ::lstat(path.c_str(), &st) == 0
+                                 ? std::string(detail::file_type_text(st.st_mode))
+                                 : std::string("a file");
+    throw foreign_file_error(
+        fmt::format("tier '{}': will not {} object '{}': {} is {} that strata did not create (no journal of strata's "
+                    "in {} names it); strata never overwrites or removes such a file. Move it away, or let the tier "
+                    "take it as its own (file_tier_options::adopt_existing; offload_demo --adopt-existing)",
+                    opts_.name, what, object, path.string(), kind, opts_.directory.string()),
+        path);
   }
 
   direct_io_buffer acquire_bounce(std::uint64_t bytes) {
@@ -560,9 +631,24 @@ class file_tier {
     }
   }
 
+  // Whether the directory takes O_DIRECT: an unnamed file (O_TMPFILE), so a kill never leaves a
+  // probe behind; where O_TMPFILE is missing (NFS), a hidden name of this process's own, created
+  // new (O_EXCL, O_NOFOLLOW), so the probe never opens, follows or removes a file it did not make.
   bool probe_direct_io() {
-    const auto probe = opts_.directory / ".strata-direct-probe";
-    const int fd = opts_.syscalls.open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+    const auto dir = opts_.directory.c_str();
+    int fd = opts_.syscalls.open(dir, O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      return true;
+    }
+    fd = opts_.syscalls.open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0) {  // unnamed files work, O_DIRECT does not
+      ::close(fd);
+      return no_direct_io();
+    }
+    std::random_device rd;
+    const auto probe = opts_.directory / fmt::format(".strata-direct-probe-{}-{:08x}", static_cast<long>(::getpid()), rd());
+    fd = opts_.syscalls.open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_DIRECT | O_CLOEXEC, 0600);
     if (fd >= 0) {
       ::close(fd);
       ::unlink(probe.c_str());
@@ -570,22 +656,46 @@ class file_tier {
     }
     const int err = errno;
     if (err != EINVAL) throw io_error("open (O_DIRECT probe)", probe, err);
+    return no_direct_io();
+  }
+  bool no_direct_io() {
     notice(fmt::format("file_tier '{}': {} does not support O_DIRECT; using buffered I/O", opts_.name,
                        opts_.directory.string()));
     return false;
   }
 
+  // Objects the journal names (a killed run's) are ours again; any other file with an object's
+  // name is foreign unless adopt_existing. The owner then rewrites the journal to what is there.
   void scan_existing() {
+    const auto& recorded = journal_.recorded();
+    detail::object_journal::names ours;
     try {
       for (const auto& entry : std::filesystem::directory_iterator(opts_.directory)) {
         const auto n = entry.path().filename().string();
-        if (n.empty() || n.front() == '.' || !entry.is_regular_file()) continue;
-        const auto sz = entry.file_size();
-        sizes_.emplace(n, sz);
-        used_ += sz;
+        try {
+          validate_object_name(opts_.name, n);
+        } catch (const config_error&) {
+          continue;  // no object can have this name: never touched
+        }
+        struct stat st {};
+        if (::lstat(entry.path().c_str(), &st) != 0) continue;  // gone meanwhile
+        const bool regular_own = detail::not_own_reason(st).empty();
+        if (regular_own && (recorded.contains(n) || opts_.adopt_existing)) {
+          sizes_.emplace(n, static_cast<std::uint64_t>(st.st_size));
+          used_ += static_cast<std::uint64_t>(st.st_size);
+          ours.insert(n);
+        } else {
+          foreign_.insert(n);
+        }
       }
     } catch (const std::filesystem::filesystem_error& e) {  // a strata::error, naming the path
       throw io_error("scan", e.path1().empty() ? opts_.directory : e.path1(), e.code().value());
+    }
+    if (opts_.lock_directory) {
+      if (ours != recorded) journal_.rewrite(ours);
+    } else {
+      for (const auto& n : ours)
+        if (!recorded.contains(n)) journal_.created(n);  // adopted
     }
   }
 
@@ -608,6 +718,8 @@ class file_tier {
 
   file_tier_options opts_;
   directory_lock lock_;  // held for the tier's life; released after the engine drained
+  detail::object_journal journal_;  // which files here strata made (guarded by mutex_ after construction)
+  std::set<std::string, std::less<>> foreign_;  // files with object names that are not ours (mutex_)
   std::shared_ptr<fd_slots> fd_slots_ = std::make_shared<fd_slots>();  // shared with open descriptors
   bool direct_ = true;
   std::atomic<bool> fallocate_supported_{true};

@@ -145,7 +145,11 @@ class throttled : public detail::adaptor_base<Inner> {
     t->left = t->bandwidth > 0 ? bytes : 0;
     auto out = t->promise.get_future();
     inflight_.add();
-    if (t->left > 0) t->tag = link_->new_tag();
+    try {
+      if (t->left > 0) t->tag = link_->new_tag();
+    } catch (...) {  // the node link's file failed: the request fails, and still counts as done
+      fail(t, std::current_exception());
+    }
     next_piece(t);  // reserves the first piece now, in issue order
     inner.on_complete([this, t](std::exception_ptr e) {
       if (e) fail(t, e);  // at once; the link's part only stops

@@ -1,12 +1,10 @@
 #pragma once
 // The time line of the link that throttled<> requests reserve slots on: one per adaptor (process
-// memory), or one per node and name (a small file in the node directory that every process maps),
+// memory), or one per node and name (a small file in the node directory that every process uses),
 // which emulates the one link the ranks of a node share to a parallel file system.
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,19 +12,20 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "strata/core/error.hpp"
 #include "strata/core/fs.hpp"
 #include "strata/core/node_dir.hpp"
+#include "strata/core/notice.hpp"
 
 namespace strata::detail {
 
@@ -88,118 +87,241 @@ class local_link final : public link_timeline {
 };
 
 /// The link named `name` of this node: the file <dir>/link-<name> (dir: default_node_limiter_dir()
-/// unless given), mapped shared by every process that opens it and guarded by a robust
-/// process-shared mutex, so a process killed while holding it never blocks the others. The file
-/// stays after the last user (a few hundred bytes, on tmpfs by default); one left by an earlier
-/// boot, whose clock readings mean nothing now, is reset on open.
+/// unless given), shared by every process that opens it. The file stays after the last user (96
+/// bytes, on tmpfs by default).
+///
+/// The file is never mapped: every use locks it (flock), reads its one record with pread, checks
+/// it, and writes it back, all in a few microseconds. A file can be truncated, overwritten or
+/// replaced by anyone with access at any time, and on a mapping each of those becomes a SIGBUS or
+/// a lock word that hangs everyone; with pread it is a short read or a bad checksum. So, on every
+/// use:
+/// - a record that is short (truncated), fails its checksum (garbage, a torn write), is of
+///   another layout version, or was written in an earlier boot (its clock readings mean nothing
+///   now) is set up again: a fresh time line, with a notice() naming the file (none for a file
+///   that is new or left by an earlier boot);
+/// - a time line more than max_ahead beyond now cannot come from real requests, and is cut back
+///   to now, with a notice;
+/// - when the path no longer names the file this object has open (removed, or replaced by
+///   rename), it opens the path again, so that users never drift apart onto different files;
+/// - a lock held longer than lock_patience (a holder stopped in its critical section) is not
+///   waited for: a fresh file is built under a temporary name and renamed over the path, which
+///   every user then follows (see above), with a notice.
+/// Something at the path that is not a regular file of this user (a symbolic link, a FIFO) is
+/// refused with a foreign_file_error naming it, and so is a node directory that is a symbolic
+/// link or another user's (node_dir.hpp). Only a file truncated between the read and the write
+/// of one use loses that use's update: the next use sets it up again. Every process of a node
+/// must run the same layout version: one of another version sets the file up again each time.
 class node_link final : public link_timeline {
  public:
+  /// A reservation never reaches this far beyond now: a backlog is the link time of requests
+  /// already issued (seconds to minutes, even for an emulated slow link); anything beyond is
+  /// garbage, or a clock that is not this boot's.
+  static constexpr std::chrono::hours max_ahead{24};
+  /// The longest wait for another process's lock before the file is replaced; critical sections
+  /// take microseconds.
+  static constexpr std::chrono::seconds lock_patience{5};
+
+  /// The file's one record (public for the tests that damage it).
+  struct record {
+    std::uint64_t magic;
+    std::array<char, 40> boot;
+    std::array<std::int64_t, 2> next_free;
+    std::array<std::uint64_t, 2> last_tag;
+    std::uint64_t tags;
+    std::uint64_t checksum;  // of the bytes before it
+  };
+  static constexpr std::uint64_t magic = 0x5354524c4e4b0002ULL;  // layout version 2
+  /// The checksum a record of these contents carries.
+  [[nodiscard]] static std::uint64_t seal(const record& r) noexcept {
+    return node_checksum(&r, offsetof(record, checksum));
+  }
+
   explicit node_link(const std::string& name, const std::filesystem::path& directory = {}) {
     check_node_name("throttled link", name);
-    const auto dir = directory.empty() ? default_node_limiter_dir() : directory;
-    make_directories(dir);
-    path_ = dir / ("link-" + name);
-    unique_fd fd = open_file(path_, O_RDWR | O_CREAT, 0600);
-    file_lock whole(fd.get(), path_);  // one opener at a time sets the file up
-    struct stat st{};
-    if (::fstat(fd.get(), &st) != 0) throw io_error("fstat", path_, errno);
-    if (static_cast<std::size_t>(st.st_size) < sizeof(shared) && ::ftruncate(fd.get(), sizeof(shared)) != 0)
-      throw io_error("ftruncate", path_, errno);
-    void* p = ::mmap(nullptr, sizeof(shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (p == MAP_FAILED) throw io_error("mmap", path_, errno);
-    s_ = static_cast<shared*>(p);
-    const auto boot = boot_id();
-    if (s_->magic != magic || std::memcmp(s_->boot.data(), boot.data(), boot.size()) != 0) {
-      try {
-        init(boot);
-      } catch (...) {
-        ::munmap(s_, sizeof(shared));
-        throw;
-      }
-    }
+    dir_ = directory.empty() ? default_node_limiter_dir() : directory;
+    name_ = name;
+    path_ = dir_ / ("link-" + name);
+    boot_ = boot_record();
+    make_node_directory(dir_);
+    file_ = open_node_file(path_);
+    std::lock_guard self(mutex_);
+    use([](record&) {});  // refuses a bad file now, not at the first request
   }
   node_link(const node_link&) = delete;
   node_link& operator=(const node_link&) = delete;
-  ~node_link() override { ::munmap(s_, sizeof(shared)); }
+  ~node_link() override = default;
 
   link_slot reserve(int dir, clock::time_point now, clock::duration length, std::uint64_t tag,
                     clock::duration switch_cost) override {
-    held h(*this);
-    return take(s_->next_free[dir], s_->last_tag[dir], now, length, tag, switch_cost);
+    std::lock_guard self(mutex_);
+    link_slot slot{};
+    use([&](record& r) {
+      const auto ns = [](clock::time_point t) {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+      };
+      const std::int64_t real_now = ns(clock::now());
+      const std::int64_t limit = std::max(ns(now), real_now) + std::chrono::nanoseconds(max_ahead).count();
+      for (int d = 0; d < 2; ++d) {
+        if (r.next_free[d] <= limit) continue;
+        notice(fmt::format("node link file {}: its time line was {} s ahead of now, which no request makes; "
+                           "starting it again from now",
+                           path_.string(), (r.next_free[d] - real_now) / 1'000'000'000));
+        r.next_free[d] = real_now;
+      }
+      slot = take(r.next_free[dir], r.last_tag[dir], now, length, tag, switch_cost);
+    });
+    return slot;
   }
   std::uint64_t new_tag() override {
-    held h(*this);
-    return ++s_->tags;
+    std::lock_guard self(mutex_);
+    std::uint64_t tag = 0;
+    use([&](record& r) {
+      if (++r.tags == 0) ++r.tags;  // never 0, which means "no request" in last_tag
+      tag = r.tags;
+    });
+    return tag;
   }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
  private:
-  static constexpr std::uint64_t magic = 0x5354524c4e4b0001ULL;  // layout version 1
-  struct shared {
-    std::uint64_t magic;
-    std::array<char, 40> boot;
-    pthread_mutex_t mutex;
-    std::array<std::int64_t, 2> next_free;
-    std::array<std::uint64_t, 2> last_tag;
-    std::uint64_t tags;
-  };
+  enum class lock_state { held, moved, stuck };
 
-  class file_lock {
-   public:
-    file_lock(int fd, const std::filesystem::path& path) : fd_(fd) {
-      while (::flock(fd, LOCK_EX) != 0)
-        if (errno != EINTR) throw io_error("flock", path, errno);
+  // flock(file_) for one critical section, polling, so that a holder that never lets go is
+  // noticed (stuck), and so is a path that names another file meanwhile (moved; with `follow`).
+  lock_state lock_file(bool follow) {
+    const auto deadline = clock::now() + lock_patience;
+    auto pause = std::chrono::microseconds(20);
+    for (;;) {
+      if (::flock(file_.fd.get(), LOCK_EX | LOCK_NB) == 0) return lock_state::held;
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK) throw io_error("flock", path_, errno);
+      if (follow && !names_file(path_, file_)) return lock_state::moved;
+      if (clock::now() >= deadline) return lock_state::stuck;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
     }
-    ~file_lock() { (void)::flock(fd_, LOCK_UN); }
-    file_lock(const file_lock&) = delete;
-    file_lock& operator=(const file_lock&) = delete;
+  }
 
-   private:
-    int fd_;
+  struct unlock_at_exit {
+    int fd;
+    ~unlock_at_exit() { (void)::flock(fd, LOCK_UN); }
   };
 
-  class held {
-   public:
-    explicit held(node_link& l) : m_(&l.s_->mutex) {
-      const int rc = ::pthread_mutex_lock(m_);
-      if (rc == EOWNERDEAD) {
-        (void)::pthread_mutex_consistent(m_);  // a holder died: the two numbers it guards are always whole
-      } else if (rc != 0) {
-        throw io_error("pthread_mutex_lock", l.path_, rc);
+  // Under mutex_: runs `change` on the checked record under the file's lock and writes it back.
+  template <class F>
+  void use(F&& change) {
+    for (int round = 0;; ++round) {
+      const bool follow = round < 8;  // past that, somebody keeps replacing it: stay on this file
+      const auto state = lock_file(follow);
+      if (state == lock_state::stuck) {
+        if (round >= 3)
+          throw busy_error(fmt::format("node link file {} stays locked by other processes for over {} s, also "
+                                       "after replacing it",
+                                       path_.string(), lock_patience.count()));
+        replace_stuck_file();
+        continue;
       }
+      if (state == lock_state::held) {
+        unlock_at_exit unlock{file_.fd.get()};
+        if (!follow || names_file(path_, file_)) {
+          record r{};
+          check(r);
+          change(r);
+          r.checksum = seal(r);
+          write_record(file_.fd.get(), path_, r);
+          return;
+        }
+      }
+      reopen();  // removed or replaced: follow the path, so that every user shares one file
     }
-    ~held() { (void)::pthread_mutex_unlock(m_); }
-    held(const held&) = delete;
-    held& operator=(const held&) = delete;
+  }
 
-   private:
-    pthread_mutex_t* m_;
-  };
+  // Under the file's lock: reads the record into `r`, setting it up again when it is not a sound
+  // one of this boot.
+  void check(record& r) {
+    ssize_t n;
+    do n = ::pread(file_.fd.get(), &r, sizeof r, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) throw io_error("pread", path_, 0, errno);
+    std::string damage;
+    if (static_cast<std::size_t>(n) < sizeof r) {
+      if (n > 0 || seen_) damage = fmt::format("truncated to {} bytes", n);
+    } else if (r.magic != magic || r.checksum != seal(r)) {
+      damage = r.magic == magic ? "its checksum does not match" : "not a link file of this version";
+    } else if (r.boot == boot_) {
+      seen_ = true;
+      return;
+    }  // else left by an earlier boot: set up again without a notice
+    if (!damage.empty())
+      notice(fmt::format("node link file {} was damaged ({}); its time line starts again", path_.string(), damage));
+    r = fresh();
+    seen_ = true;
+  }
 
-  // This boot's id (the steady clock restarts with it); empty where the kernel does not say.
-  static std::array<char, 40> boot_id() {
+  [[nodiscard]] record fresh() const noexcept {
+    record r{};
+    r.magic = magic;
+    r.boot = boot_;
+    return r;
+  }
+
+  static void write_record(int fd, const std::filesystem::path& path, const record& r) {
+    ssize_t n;
+    do n = ::pwrite(fd, &r, sizeof r, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) throw io_error("pwrite", path, 0, errno);
+    if (static_cast<std::size_t>(n) != sizeof r) throw io_error("pwrite", path, 0, EIO);
+  }
+
+  // The path names another file now, or none: open (or create) it.
+  void reopen() {
+    make_node_directory(dir_);  // in case the whole directory went
+    file_ = open_node_file(path_);
+    seen_ = false;
+  }
+
+  // Another process has held the lock past lock_patience (stopped, or hung, inside its few
+  // instructions). Its lock cannot be broken, so the path gets a fresh file: made under a name no
+  // link can have (a leading '.'), set up, and renamed over the path. The holder, once it runs
+  // again, writes to the old file and then follows the path like everyone else.
+  void replace_stuck_file() {
+    if (!names_file(path_, file_)) {  // another waiter replaced it first
+      reopen();
+      return;
+    }
+    const auto tmp = dir_ / fmt::format(".link-{}.{}-{}.tmp", name_, ::getpid(), ++replacements_);
+    unique_fd fd = open_file(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+    try {
+      record r = fresh();
+      r.checksum = seal(r);
+      write_record(fd.get(), tmp, r);
+      if (::rename(tmp.c_str(), path_.c_str()) != 0) throw io_error("rename to " + path_.string(), tmp, errno);
+    } catch (...) {
+      (void)::unlink(tmp.c_str());
+      throw;
+    }
+    notice(fmt::format("node link file {} was locked for over {} s (a process stopped while reserving?); "
+                       "replaced it with a fresh one",
+                       path_.string(), lock_patience.count()));
+    reopen();
+  }
+
+  // This boot's id as the record keeps it (the steady clock restarts with it).
+  static std::array<char, 40> boot_record() {
     std::array<char, 40> id{};
-    std::ifstream in("/proc/sys/kernel/random/boot_id");
-    std::string s;
-    if (in >> s) std::memcpy(id.data(), s.data(), std::min(s.size(), id.size() - 1));
+    const std::string s = detail::boot_id();
+    std::memcpy(id.data(), s.data(), std::min(s.size(), id.size() - 1));
     return id;
   }
 
-  void init(const std::array<char, 40>& boot) {
-    std::memset(static_cast<void*>(s_), 0, sizeof(shared));
-    pthread_mutexattr_t a;
-    int rc = ::pthread_mutexattr_init(&a);
-    if (rc == 0) rc = ::pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    if (rc == 0) rc = ::pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    if (rc == 0) rc = ::pthread_mutex_init(&s_->mutex, &a);
-    (void)::pthread_mutexattr_destroy(&a);
-    if (rc != 0) throw io_error("pthread_mutex_init", path_, rc);
-    s_->boot = boot;
-    s_->magic = magic;  // last: a file without it is set up again by the next opener
-  }
-
+  std::filesystem::path dir_;
+  std::string name_;
   std::filesystem::path path_;
-  shared* s_ = nullptr;
+  std::array<char, 40> boot_{};
+  std::mutex mutex_;  // one thread of this object at a time: the flock belongs to the descriptor
+  node_file file_;
+  bool seen_ = false;  // a sound record was read from file_: an empty one now was truncated
+  std::uint64_t replacements_ = 0;
 };
 
 }  // namespace strata::detail

@@ -1,0 +1,25 @@
+# offload_demo on a path that holds another job's object of one of its names: refused (exit 1,
+# one line naming the file) and the file left as it was; with --adopt-existing the demo replaces
+# it, and removes it with the rest of its state at the end.
+#   cmake -DDEMO=<offload_demo> -DDIR=<scratch dir> -P demo_foreign_objects.cmake
+file(REMOVE_RECURSE "${DIR}")
+file(MAKE_DIRECTORY "${DIR}")
+file(WRITE "${DIR}/strata.sg-1" "theirs")
+set(args --params 200000 --subgroup 50000 --steps 1 --threads 2 --path "${DIR}")
+execute_process(COMMAND "${DEMO}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "offload_demo: [^\n]*strata.sg-1[^\n]*strata did not create")
+  message(FATAL_ERROR "expected exit 1 naming strata.sg-1, got ${rc}:\n${out}\n${err}")
+endif()
+file(READ "${DIR}/strata.sg-1" theirs)
+if(NOT theirs STREQUAL "theirs")
+  message(FATAL_ERROR "the other job's file changed: '${theirs}'")
+endif()
+execute_process(COMMAND "${DEMO}" ${args} --adopt-existing RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "--adopt-existing failed (${rc}):\n${out}\n${err}")
+endif()
+file(GLOB left LIST_DIRECTORIES true "${DIR}/*" "${DIR}/.*")
+if(left)
+  message(FATAL_ERROR "expected the adopted file and everything of the demo gone, found: ${left}")
+endif()
+message(STATUS "ok")
