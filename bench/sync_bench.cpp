@@ -43,11 +43,6 @@ strata::node_limiter& shared_node() {
   return b.limiter;
 }
 
-strata::token_bucket& shared_bucket() {
-  static strata::token_bucket b(1e18, std::uint64_t{1} << 62);  // never waits: measures the bookkeeping
-  return b;
-}
-
 template <class L>
 void acquire_release(benchmark::State& state, L& l) {
   for (auto _ : state) {
@@ -76,13 +71,6 @@ void node_limiter_try_acquire_release(benchmark::State& state) {
     if (l.try_acquire()) l.release();
 }
 BENCHMARK(node_limiter_try_acquire_release)->Threads(1)->UseRealTime();
-
-void token_bucket_acquire(benchmark::State& state) {
-  auto& b = shared_bucket();
-  for (auto _ : state) b.acquire(4096);
-  state.SetItemsProcessed(state.iterations());
-}
-BENCHMARK(token_bucket_acquire)->Threads(1)->Threads(2)->UseRealTime();
 
 }  // namespace
 

@@ -1,4 +1,4 @@
-// Microbenchmarks of the tier layer: the cost of an io_future round trip, host_tier copies,
+// Microbenchmarks of the tier layer: the cost of an completion round trip, host_tier copies,
 // XXH3 checksumming (against a plain memcpy of the same bytes, in the same run), and file_tier
 // reads per engine on the build machine's disk.
 #include <benchmark/benchmark.h>
@@ -11,17 +11,17 @@
 
 namespace {
 
-void io_future_ready_round_trip(benchmark::State& state) {
+void completion_ready_round_trip(benchmark::State& state) {
   for (auto _ : state) {
-    auto f = strata::make_ready_io_future();
+    auto f = strata::make_ready_completion();
     f.get();
   }
 }
-BENCHMARK(io_future_ready_round_trip);
+BENCHMARK(completion_ready_round_trip);
 
-void io_future_continuation(benchmark::State& state) {
+void completion_continuation(benchmark::State& state) {
   for (auto _ : state) {
-    strata::io_promise p;
+    strata::completion_promise p;
     auto f = p.get_future();
     int hit = 0;
     f.on_complete([&](std::exception_ptr) { ++hit; });
@@ -29,7 +29,7 @@ void io_future_continuation(benchmark::State& state) {
     benchmark::DoNotOptimize(hit);
   }
 }
-BENCHMARK(io_future_continuation);
+BENCHMARK(completion_continuation);
 
 void host_tier_write_read(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
                                      strata::file_tier_options{.directory = root / "nvme", .name = "nvme"}, pfs);
 
   std::vector<std::byte> sg(3 << 20, std::byte{1});  // one subgroup's state, 3 MiB
-  std::vector<strata::io_future> writes;
+  std::vector<strata::completion> writes;
   for (int i = 0; i < 6; ++i) writes.push_back(state.write("sg-" + std::to_string(i), 0, sg));
   strata::wait_all(writes);  // both paths worked at once; the first error, if any, is rethrown
   state.flush();             // durable from here on

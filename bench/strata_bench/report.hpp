@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <strata/tier/io_future.hpp>
+#include <strata/core/completion.hpp>
 #include <strata/core/aligned_buffer.hpp>
 #include <strata/core/thread_pool.hpp>
 
@@ -65,7 +65,7 @@ class json_object {
 template <class Tier>
 double timed_pass(Tier& t, bool write, std::span<std::byte> data, std::uint64_t object_bytes) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<io_future> fs;
+  std::vector<completion> fs;
   for (std::uint64_t off = 0, i = 0; off < data.size(); off += object_bytes, ++i) {
     const auto n = std::min<std::uint64_t>(object_bytes, data.size() - off);
     const auto name = fmt::format("bench-{}", i);

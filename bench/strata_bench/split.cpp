@@ -26,6 +26,7 @@
 #include <strata/exec/host_executor.hpp>
 #include <strata/exec/paced.hpp>
 #include <strata/offload/offloaded_adamw.hpp>
+#include <strata/offload/adamw_device.hpp>
 #include <strata/pipeline/update_cost_model.hpp>
 #include <strata/tier/host_tier.hpp>
 

@@ -46,7 +46,7 @@
 #include <strata/offload/make_offloaded_adamw.hpp>
 #include <strata/offload/presets.hpp>
 #include <strata/tier/file_tier.hpp>
-#include <strata/tier/host_memory.hpp>
+#include <strata/core/host_memory.hpp>
 
 #include "cli.hpp"
 #include "report.hpp"

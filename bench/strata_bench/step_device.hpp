@@ -35,6 +35,7 @@
 #include <strata/offload/make_offloaded_adamw.hpp>
 #include <strata/offload/offloaded_adamw.hpp>
 #include <strata/offload/presets.hpp>
+#include <strata/offload/adamw_device.hpp>
 #include <strata/pipeline/update_cost_model.hpp>
 
 #include "cli.hpp"

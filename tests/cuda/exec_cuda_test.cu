@@ -1,12 +1,13 @@
-// Needs a GPU (label `cuda`): cuda_stream passes the same stream suite as the host models, and
-// cuda_executor's updates, alone and inside offloaded_adamw (every site policy), give the CPU
-// kernel's bits.
+// Needs a GPU (label `cuda`): cuda_stream and cuda_executor pass the same stream and executor
+// suites as the host models, and cuda_executor's updates, alone and inside offloaded_adamw (every
+// site policy), give the CPU kernel's bits.
 #include <doctest/doctest.h>
 
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <strata/exec/cuda_executor.cuh>
@@ -16,6 +17,7 @@
 #include <strata/tier/device_tier.hpp>
 #include <strata/tier/host_tier.hpp>
 
+#include "../exec/executor_suite.hpp"
 #include "../exec/stream_suite.hpp"
 #include "../offload/offload_test_support.hpp"
 
@@ -51,9 +53,39 @@ struct traced_cuda_stream_fixture : cuda_stream_fixture {
   std::unique_ptr<stream_type> make(std::string name) { return std::make_unique<stream_type>(&trace, std::move(name)); }
 };
 
+__global__ void add_one_kernel(unsigned char* p, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    p[i] = static_cast<unsigned char>(p[i] + 1);
+}
+
+// cuda_executor on plain and on traced streams, for the executor suite.
+template <class S>
+struct cuda_executor_fixture {
+  using executor_type = strata::basic_cuda_executor<S>;
+  strata::tracer trace;
+  std::unique_ptr<executor_type> make(std::string name, std::uint64_t device_memory) {
+    strata::cuda_executor_options o{.name = std::move(name), .device_memory = device_memory};
+    if constexpr (std::is_same_v<S, strata::cuda_stream>)
+      return std::make_unique<executor_type>(o);
+    else
+      return std::make_unique<executor_type>(o, [this](strata::stream_role, const std::string& n, int device) {
+        return std::make_unique<S>(&trace, n, device);
+      });
+  }
+  void add_one(executor_type& ex, std::span<std::byte> dev) {
+    ex.launch([&](cudaStream_t st) {
+      add_one_kernel<<<64, 256, 0, st>>>(reinterpret_cast<unsigned char*>(dev.data()), dev.size());
+      STRATA_CUDA_TRY(cudaGetLastError());
+    });
+  }
+};
+
 }  // namespace
 
 STRATA_STREAM_SUITE_INVOKE(cuda_stream_fixture, traced_cuda_stream_fixture);
+STRATA_EXECUTOR_SUITE_INVOKE(cuda_executor_fixture<strata::cuda_stream>,
+                             cuda_executor_fixture<strata::traced<strata::cuda_stream>>);
 
 TEST_CASE("a cuda_executor on traced streams measures the kernel on the compute stream") {
   using exec_t = strata::basic_cuda_executor<strata::traced<strata::cuda_stream>>;
@@ -68,7 +100,7 @@ TEST_CASE("a cuda_executor on traced streams measures the kernel on the compute 
   const auto* grad = reinterpret_cast<const strata::bf16*>(f + 3 * n);
   strata::adamw_group<strata::bf16, strata::bf16> g{{f, n}, {f + n, n}, {f + 2 * n, n}, {}, {grad, n}, {}};
   const strata::adamw_step_params k{};
-  exec.enqueue_update(g, k);
+  strata::enqueue_adamw(exec, g, k);
   exec.compute().sync();
   CHECK(exec.compute().activity().operations == 1);
   CHECK(exec.compute().activity().busy_s > 0);

@@ -1,9 +1,12 @@
-// host_executor: its kernel gives the CPU kernel's bits, its device memory stays within its
-// budget, a kernel rate paces it; and the stream/executor concepts accept their models and
-// reject near misses.
+// host_executor: the executor suite over its models, a kernel rate paces its kernels, its streams
+// come from a factory; and the stream/executor concepts accept their models and reject near
+// misses.
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <memory>
+#include <string>
+#include <type_traits>
 #include <cstring>
 #include <random>
 #include <span>
@@ -15,7 +18,9 @@
 #include <strata/exec/host_executor.hpp>
 #include <strata/exec/jittered.hpp>
 #include <strata/exec/paced.hpp>
-#include <strata/optim/adamw_cpu.hpp>
+
+#include "executor_suite.hpp"
+#include <strata/offload/adamw_device.hpp>
 
 namespace {
 
@@ -41,7 +46,7 @@ struct stream_of_bad_events {
   void sync() {}
   std::string_view name() const { return "x"; }
 };
-struct no_kernel_executor {  // streams and memory, but no update kernel
+struct no_kernel_executor {  // streams and memory: an executor, but enqueue_adamw has no overload for it
   using stream_type = strata::host_stream;
   using device_buffer = strata::host_device_buffer;
   strata::host_stream& h2d();
@@ -62,74 +67,41 @@ static_assert(strata::stream_event<strata::host_event>);
 static_assert(!strata::stream_event<bad_event>);
 static_assert(strata::executor<strata::host_executor<>>);
 static_assert(strata::executor<strata::host_executor<strata::paced<strata::jittered<strata::host_stream>>>>);
-static_assert(!strata::executor<no_kernel_executor>);
+static_assert(strata::executor<no_kernel_executor>);
+static_assert(!strata::adamw_executor<no_kernel_executor>);
+static_assert(strata::adamw_executor<strata::host_executor<strata::paced<strata::host_stream>>>);
 static_assert(!strata::executor<strata::host_stream>);
 
-template <class G, class H>
-void check_update_matches_cpu(std::size_t threads) {
-  const std::size_t n = 10'007;
-  std::mt19937 rng(7);
-  std::normal_distribution<float> d(0, 1);
-  std::vector<float> p(n), m(n), v(n), vmax(n);
-  std::vector<G> g(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    p[i] = d(rng);
-    m[i] = d(rng) * 1e-2f;
-    v[i] = std::abs(d(rng)) * 1e-3f;
-    vmax[i] = v[i];
-    g[i] = G(d(rng) * 1e-2f);
+// The host models of the executor suite: plain, with several kernel threads, and under paced
+// and jittered streams.
+template <class S = strata::host_stream, std::size_t Threads = 1>
+struct host_executor_fixture {
+  using executor_type = strata::host_executor<S>;
+  std::unique_ptr<executor_type> make(std::string name, std::uint64_t device_memory) {
+    strata::host_executor_options o{.name = std::move(name), .device_memory = device_memory, .kernel_threads = Threads};
+    if constexpr (std::is_same_v<S, strata::host_stream>) {
+      return std::make_unique<executor_type>(o);
+    } else {
+      return std::make_unique<executor_type>(o, [](strata::stream_role, const std::string& n) {
+        if constexpr (std::is_same_v<S, strata::paced<strata::host_stream>>)
+          return std::make_unique<S>(strata::pace_options{.h2d_bandwidth = 20e9, .d2h_bandwidth = 20e9}, n);
+        else
+          return std::make_unique<S>(strata::jitter_options{.seed = 3, .max_delay = std::chrono::microseconds(200)}, n);
+      });
+    }
   }
-  strata::adamw_options o;
-  o.amsgrad = true;
-  const auto k = strata::make_adamw_step_params(o, 3, 1e-3);
-  auto rp = p, rm = m, rv = v, rx = vmax;
-  std::vector<H> rout(n), out(n);
-  strata::adamw_update_cpu<G, H>(rp, rm, rv, rx, g, rout, k);
-
-  strata::host_executor<> ex({.kernel_threads = threads});
-  auto dev = ex.allocate_device(n * (4 * 4 + sizeof(G) + sizeof(H)));
-  auto* f = reinterpret_cast<float*>(dev.data());
-  std::memcpy(f, p.data(), n * 4);
-  std::memcpy(f + n, m.data(), n * 4);
-  std::memcpy(f + 2 * n, v.data(), n * 4);
-  std::memcpy(f + 3 * n, vmax.data(), n * 4);
-  auto* dg = reinterpret_cast<G*>(f + 4 * n);
-  std::memcpy(dg, g.data(), n * sizeof(G));
-  auto* dout = reinterpret_cast<H*>(reinterpret_cast<std::byte*>(dg) + n * sizeof(G));
-  ex.enqueue_update(strata::adamw_group<G, H>{{f, n}, {f + n, n}, {f + 2 * n, n}, {f + 3 * n, n}, {dg, n}, {dout, n}}, k);
-  ex.compute().sync();
-  CHECK(std::memcmp(f, rp.data(), n * 4) == 0);
-  CHECK(std::memcmp(f + n, rm.data(), n * 4) == 0);
-  CHECK(std::memcmp(f + 2 * n, rv.data(), n * 4) == 0);
-  CHECK(std::memcmp(f + 3 * n, rx.data(), n * 4) == 0);
-  CHECK(std::memcmp(dout, rout.data(), n * sizeof(H)) == 0);
-}
+  void add_one(executor_type& ex, std::span<std::byte> dev) {
+    ex.launch(dev.size(), [dev](strata::thread_pool*) {
+      for (auto& b : dev) b = static_cast<std::byte>(static_cast<unsigned>(b) + 1u);
+    });
+  }
+};
 
 }  // namespace
 
-TEST_CASE("the host executor's kernel gives adamw_update_cpu's bits for every gradient and model type") {
-  for (const std::size_t threads : {1, 3}) {
-    CAPTURE(threads);
-    check_update_matches_cpu<float, strata::bf16>(threads);
-    check_update_matches_cpu<strata::bf16, strata::bf16>(threads);
-    check_update_matches_cpu<strata::fp16, strata::fp16>(threads);
-  }
-}
-
-TEST_CASE("device memory stays within the executor's budget and is given back when freed") {
-  strata::host_executor<> ex({.name = "sim", .device_memory = 3 * 4096});
-  auto a = ex.allocate_device(4096);
-  auto b = ex.allocate_device(100);  // a page
-  CHECK(ex.device_used() == 2 * 4096);
-  CHECK_THROWS_WITH_AS((void)ex.allocate_device(8192), doctest::Contains("host_executor 'sim'"), strata::capacity_error);
-  {
-    auto c = ex.allocate_device(4096);
-    CHECK(ex.device_used() == 3 * 4096);
-  }
-  CHECK(ex.device_used() == 2 * 4096);
-  a = strata::host_device_buffer();
-  CHECK(ex.device_used() == 4096);
-}
+STRATA_EXECUTOR_SUITE_INVOKE(host_executor_fixture<>, host_executor_fixture<strata::host_stream, 3>,
+                             host_executor_fixture<strata::paced<strata::host_stream>>,
+                             host_executor_fixture<strata::jittered<strata::host_stream>>);
 
 TEST_CASE("a kernel rate makes the emulated device kernel take at least n / rate") {
   const std::size_t n = 100'000;
@@ -139,8 +111,8 @@ TEST_CASE("a kernel rate makes the emulated device kernel take at least n / rate
   const auto k = strata::make_adamw_step_params({}, 1, 1e-3);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 3; ++i)
-    ex.enqueue_update(strata::adamw_group<float, strata::bf16>{{f, n}, {f + n, n}, {f + 2 * n, n}, {}, {f + 3 * n, n}, {}},
-                      k);
+    strata::enqueue_adamw(
+        ex, strata::adamw_group<float, strata::bf16>{{f, n}, {f + n, n}, {f + 2 * n, n}, {}, {f + 3 * n, n}, {}}, k);
   ex.compute().sync();
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= 3 * 0.01);
 }

@@ -1,9 +1,7 @@
 // Must NOT compile: a pipeline whose executor parameter is not a strata::executor.
 #include <strata/pipeline/subgroup_pipeline.hpp>
-#include <strata/policy/lru.hpp>
-#include <strata/tier/host_tier.hpp>
 struct not_an_executor {};
 int main() {
-  using P = strata::subgroup_pipeline<strata::host_tier, strata::lru, not_an_executor, strata::always_host>;
+  using P = strata::subgroup_pipeline<not_an_executor, strata::always_host>;
   return sizeof(P) > 0 ? 0 : 1;
 }

@@ -3,7 +3,7 @@
 //   using stream_type;  std::unique_ptr<stream_type> make(std::string name);
 //   buffers: host(n) and device(n) returning objects with data() / size() / span().
 // host_streams run it in stream_test.cpp (plain and under every adaptor); cuda_stream in
-// tests/cuda/stream_cuda_test.cu on a GPU.
+// tests/cuda/exec_cuda_test.cu on a GPU.
 #include <doctest/doctest.h>
 
 #include <atomic>

@@ -91,7 +91,7 @@ TEST_CASE("gradients handed over in pieces step like whole ones, and path_totals
       CHECK(st.subgroups == 6);
     }
     const auto totals = opt->stats();
-    // A waiter wakes after the continuations have run (io_future), so the counts are exact now.
+    // A waiter wakes after the continuations have run (completion), so the counts are exact now.
     const auto after = opt->path_totals();
     std::uint64_t read = 0, written = 0;
     for (std::size_t i = 0; i < after.size(); ++i) {

@@ -297,7 +297,7 @@ TEST_CASE("thousands of requests in flight on a file_tier queue for descriptors 
     fo.threads = 4;
     strata::file_tier t(fo);  // takes at most half of the 256 for requests
     const std::vector<std::byte> data(4096, std::byte{7});
-    std::vector<strata::io_future> fs;
+    std::vector<strata::completion> fs;
     for (int i = 0; i < 2000; ++i) fs.push_back(t.write(fmt::format("o-{}", i), 0, data));
     CHECK_NOTHROW(strata::wait_all(fs));
     for (int i = 0; i < 2000; ++i) CHECK(t.remove(fmt::format("o-{}", i)));

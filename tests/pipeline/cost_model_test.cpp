@@ -15,6 +15,7 @@
 #include <strata/exec/host_executor.hpp>
 #include <strata/exec/paced.hpp>
 #include <strata/offload/offloaded_adamw.hpp>
+#include <strata/offload/adamw_device.hpp>
 #include <strata/pipeline/update_cost_model.hpp>
 
 #include "../offload/offload_test_support.hpp"

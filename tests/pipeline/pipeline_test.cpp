@@ -24,9 +24,10 @@
 #include <strata/exec/paced.hpp>
 #include <strata/pipeline/subgroup_pipeline.hpp>
 #include <strata/policy/lru.hpp>
+#include <strata/policy/placement.hpp>
 #include <strata/policy/sweep_aware.hpp>
 #include <strata/policy/update_order.hpp>
-#include <strata/tier/adaptor_base.hpp>
+#include <strata/tier/detail/adaptor_base.hpp>
 #include <strata/tier/host_tier.hpp>
 #include <strata/tier/multipath.hpp>
 #include <strata/tier/throttled.hpp>
@@ -96,10 +97,10 @@ class probe : public strata::detail::adaptor_base<Inner> {
  public:
   template <class... A>
   explicit probe(op_log* log, A&&... a) : base(std::in_place, std::forward<A>(a)...), log_(log) {}
-  strata::io_future read(std::string_view o, std::uint64_t off, std::span<std::byte> dst) {
+  strata::completion read(std::string_view o, std::uint64_t off, std::span<std::byte> dst) {
     return count(reads_, most_reads_, this->inner_.read(o, off, dst));
   }
-  strata::io_future write(std::string_view o, std::uint64_t off, std::span<const std::byte> src) {
+  strata::completion write(std::string_view o, std::uint64_t off, std::span<const std::byte> src) {
     if (log_ != nullptr) {
       std::lock_guard l(log_->m);
       if (log_->d2h_pending.contains(src.data())) log_->write_before_d2h.emplace_back(o);
@@ -115,7 +116,7 @@ class probe : public strata::detail::adaptor_base<Inner> {
   int reads_done() const { return reads_done_.load(); }
 
  private:
-  strata::io_future count(std::atomic<int>& now, std::atomic<int>& most, strata::io_future f) {
+  strata::completion count(std::atomic<int>& now, std::atomic<int>& most, strata::completion f) {
     const int n = ++now;
     int seen = most.load();
     while (n > seen && !most.compare_exchange_weak(seen, n)) {
@@ -200,8 +201,7 @@ TEST_CASE("device updates overlap the copy of k+1 with the kernel of k, depths s
   po.prefetch_depth = 2;
   po.write_behind_depth = 2;
   po.device_depth = 3;
-  strata::subgroup_pipeline<decltype(tier), strata::sweep_aware, exec_t, strata::always_device> pipe(
-      tier, exec, budget, float_objects(subgroups, n), po);
+  strata::subgroup_pipeline<exec_t, strata::always_device> pipe(tier, exec, budget, float_objects(subgroups, n), po);
   pipe.initialize([](std::size_t s, std::span<std::byte> b) {
     auto* f = reinterpret_cast<float*>(b.data());
     for (std::size_t i = 0; i < b.size() / 4; ++i) f[i] = static_cast<float>(s);
@@ -245,8 +245,8 @@ class gated_tier : public strata::detail::adaptor_base<strata::host_tier> {
  public:
   explicit gated_tier(std::string name)
       : adaptor_base(std::in_place, strata::host_tier_options{.name = std::move(name)}) {}
-  strata::io_future read(std::string_view o, std::uint64_t off, std::span<std::byte> dst) {
-    strata::io_promise p;
+  strata::completion read(std::string_view o, std::uint64_t off, std::span<std::byte> dst) {
+    strata::completion_promise p;
     auto f = p.get_future();
     {
       std::lock_guard l(m_);
@@ -257,7 +257,7 @@ class gated_tier : public strata::detail::adaptor_base<strata::host_tier> {
     cv_.notify_all();
     return f;
   }
-  strata::io_future write(std::string_view o, std::uint64_t off, std::span<const std::byte> src) {
+  strata::completion write(std::string_view o, std::uint64_t off, std::span<const std::byte> src) {
     ++writes_;
     cv_.notify_all();
     return inner_.write(o, off, src);
@@ -293,7 +293,7 @@ class gated_tier : public strata::detail::adaptor_base<strata::host_tier> {
     std::string object;
     std::uint64_t offset;
     std::span<std::byte> dst;
-    strata::io_promise p;
+    strata::completion_promise p;
   };
   std::mutex m_;
   std::condition_variable cv_;
@@ -325,8 +325,8 @@ TEST_CASE("a path whose reads hang does not hold back the other path's read-ahea
   strata::pipeline_options po;
   po.prefetch_depth = 3;
   po.write_behind_depth = 3;
-  strata::subgroup_pipeline<decltype(tier), strata::lru, strata::host_executor<>, strata::always_host> pipe(
-      tier, exec, budget, float_objects(subgroups, n), po);
+  strata::subgroup_pipeline<strata::host_executor<>, strata::always_host> pipe(
+      tier, exec, budget, float_objects(subgroups, n), po, strata::lru{});
   pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
   // Placement 1:1 from subgroup 0: even subgroups on "stuck", odd on "free".
   stuck.close();
@@ -352,8 +352,8 @@ TEST_CASE("eager writes: cached subgroups the order will evict are written befor
     strata::pipeline_options po;
     po.cache_slots = 4;
     po.eager_writes = eager;
-    strata::subgroup_pipeline<gated_tier, strata::sweep_aware, strata::host_executor<>, strata::always_host> pipe(
-        t, exec, budget, float_objects(subgroups, n), po);
+    strata::subgroup_pipeline<strata::host_executor<>, strata::always_host> pipe(t, exec, budget,
+                                                                                float_objects(subgroups, n), po);
     pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
     add_one_kernel<strata::host_executor<>> k0;
     auto o0 = strata::order_of(strata::alternating{}, 0, subgroups), o1 = strata::order_of(strata::alternating{}, 1, subgroups);
@@ -395,9 +395,8 @@ TEST_CASE("a failed copy or kernel leaves each subgroup at the old or the new st
       strata::host_budget budget(strata::unlimited_capacity);
       strata::pipeline_options po;
       po.cache_slots = 2;
-      strata::subgroup_pipeline<strata::host_tier, strata::sweep_aware, strata::host_executor<S>,
-                                strata::alternating_site>
-          pipe(t, exec, budget, float_objects(subgroups, n), po, {}, strata::alternating_site{1, 2});
+      strata::subgroup_pipeline<strata::host_executor<S>, strata::alternating_site> pipe(
+          t, exec, budget, float_objects(subgroups, n), po, strata::sweep_aware{}, strata::alternating_site{1, 2});
       pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
       target->inject({.op = role == strata::stream_role::compute ? std::optional(strata::stream_op::task)
                                                                  : std::optional<strata::stream_op>(),
@@ -436,14 +435,14 @@ TEST_CASE("a pass refuses a subgroup listed twice, and a device site needs a dev
   strata::host_tier t(strata::host_tier_options{.name = "t"});
   strata::host_executor<> exec;
   strata::host_budget budget(strata::unlimited_capacity);
-  strata::subgroup_pipeline<strata::host_tier, strata::lru, strata::host_executor<>, strata::always_host> pipe(
-      t, exec, budget, float_objects(3, 16), strata::pipeline_options{});
+  strata::subgroup_pipeline<strata::host_executor<>, strata::always_host> pipe(t, exec, budget, float_objects(3, 16),
+                                                                              strata::pipeline_options{}, strata::lru{});
   pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
   add_one_kernel<strata::host_executor<>> k;
   const std::vector<std::size_t> order{0, 1, 2};
   CHECK_THROWS_AS(pipe.run(order, {}, std::vector<std::size_t>{0, 0}, 0, k), strata::config_error);  // twice
   using device_pipeline =
-      strata::subgroup_pipeline<strata::host_tier, strata::lru, strata::host_executor<>, strata::always_device>;
+      strata::subgroup_pipeline<strata::host_executor<>, strata::always_device>;
   CHECK_THROWS_AS(device_pipeline(t, exec, budget, float_objects(3, 16), strata::pipeline_options{.device_depth = 0}),
                   strata::config_error);
   const auto st = pipe.run(order, {}, order, 0, k);
@@ -463,8 +462,8 @@ TEST_CASE("cached subgroups an lru cache evicts before their update give their s
     po.cache_slots = cache;
     po.prefetch_depth = 0;
     po.write_behind_depth = 1;
-    strata::subgroup_pipeline<strata::host_tier, strata::lru, strata::host_executor<>, strata::always_host> pipe(
-        t, exec, budget, float_objects(subgroups, n), po);
+    strata::subgroup_pipeline<strata::host_executor<>, strata::always_host> pipe(
+        t, exec, budget, float_objects(subgroups, n), po, strata::lru{});
     pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
     const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
     for (std::uint64_t step = 0; step < 4; ++step) {

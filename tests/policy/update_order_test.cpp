@@ -1,13 +1,53 @@
-// Update orders: what each model walks, and custom_order's validation.
+// Update orders: one typed suite that every model passes (each step a permutation, the same step
+// the same order), what each model walks, and custom_order's validation.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "strata/policy/update_order.hpp"
 
 using ids = std::vector<std::size_t>;
+
+namespace {
+struct sequential_fixture {
+  static strata::sequential make() { return {}; }
+};
+struct alternating_fixture {
+  static strata::alternating make() { return {}; }
+};
+// A seeded shuffle per step and size: a generator, as a user's own order would be.
+struct shuffled_fixture {
+  static strata::custom_order make() {
+    return strata::custom_order([](std::uint64_t step, std::size_t n) {
+      ids v(n);
+      std::iota(v.begin(), v.end(), std::size_t{0});
+      std::mt19937_64 rng(step * 7919 + n);
+      std::shuffle(v.begin(), v.end(), rng);
+      return v;
+    });
+  }
+};
+}  // namespace
+
+TEST_CASE_TEMPLATE("every step's order is a permutation of the subgroups, the same for the same step", F,
+                   sequential_fixture, alternating_fixture, shuffled_fixture) {
+  const auto o = F::make();
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{64}}) {
+    for (std::uint64_t step = 0; step < 6; ++step) {
+      CAPTURE(n);
+      CAPTURE(step);
+      const auto v = strata::order_of(o, step, n);
+      CHECK_NOTHROW(strata::check_permutation(v, n, step, "test"));
+      CHECK(strata::order_of(o, step, n) == v);       // deterministic
+      CHECK(strata::order_of(F::make(), step, n) == v);  // and the same for a fresh copy
+    }
+  }
+}
 
 TEST_CASE("sequential walks 0..n-1 every step") {
   for (std::uint64_t s : {0U, 1U, 2U, 1001U}) CHECK(strata::order_of(strata::sequential{}, s, 4) == ids{0, 1, 2, 3});

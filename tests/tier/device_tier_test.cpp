@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <strata/exec/faulty_stream.hpp>
+#include <strata/tier/faulty.hpp>
+
 #include "tier_fixtures.hpp"
 
 using namespace strata_test;

@@ -5,8 +5,8 @@
 
 namespace {
 struct good_tier {
-  strata::io_future write(std::string_view, std::uint64_t, std::span<const std::byte>);
-  strata::io_future read(std::string_view, std::uint64_t, std::span<std::byte>);
+  strata::completion write(std::string_view, std::uint64_t, std::span<const std::byte>);
+  strata::completion read(std::string_view, std::uint64_t, std::span<std::byte>);
   bool remove(std::string_view);
   void flush();
   std::optional<std::uint64_t> size(std::string_view) const;
@@ -16,8 +16,8 @@ struct good_tier {
   strata::tier_descriptor descriptor() const;
 };
 struct no_remove {
-  strata::io_future write(std::string_view, std::uint64_t, std::span<const std::byte>);
-  strata::io_future read(std::string_view, std::uint64_t, std::span<std::byte>);
+  strata::completion write(std::string_view, std::uint64_t, std::span<const std::byte>);
+  strata::completion read(std::string_view, std::uint64_t, std::span<std::byte>);
   void flush();
   std::optional<std::uint64_t> size(std::string_view) const;
   std::uint64_t capacity() const;
@@ -31,7 +31,7 @@ struct sync_read : good_tier {  // read() blocks and returns nothing: not a tier
 struct mutable_size : good_tier {  // size() must be callable on a const tier
   std::optional<std::uint64_t> size(std::string_view);
 };
-struct std_future_write : good_tier {  // a std::future is not an io_future (no continuations)
+struct std_future_write : good_tier {  // a std::future is not an completion (no continuations)
   std::future<void> write(std::string_view, std::uint64_t, std::span<const std::byte>);
 };
 struct good_placement {

@@ -7,10 +7,12 @@
 #include <thread>
 #include <vector>
 
+#include <strata/tier/faulty.hpp>
+
 #include "tier_fixtures.hpp"
 
 using namespace strata_test;
-using strata::io_future;
+using strata::completion;
 
 #define STRATA_TIER_FIXTURES                                                                              \
   host_fixture, file_fixture<strata::io_backend::posix>, file_fixture<strata::io_backend::uring>,         \
@@ -77,7 +79,7 @@ TEST_CASE_TEMPLATE("concurrent readers and writers on different objects do not i
       bool ok = true;
       for (int round = 0; round < 3; ++round) {
         std::vector<std::vector<std::byte>> data;
-        std::vector<io_future> writes;
+        std::vector<completion> writes;
         for (int o = 0; o < objects; ++o) data.push_back(random_bytes(10000 + 997 * o, th * 100 + o + round * 7));
         for (int o = 0; o < objects; ++o) {
           const auto name = fmt::format("t{}-o{}", th, o);
@@ -86,7 +88,7 @@ TEST_CASE_TEMPLATE("concurrent readers and writers on different objects do not i
         }
         strata::wait_all(writes);
         std::vector<std::vector<std::byte>> back(objects);
-        std::vector<io_future> reads;
+        std::vector<completion> reads;
         for (int o = 0; o < objects; ++o) {
           back[o].resize(data[o].size());
           reads.push_back(t.read(fmt::format("t{}-o{}", th, o), 0, back[o]));

@@ -3,7 +3,7 @@
 /// (an I/O thread, the io_uring reaper, a stream worker, a timer, a limiter granting a permit),
 /// `completion` is what the caller waits on. Unlike std::future it takes continuations
 /// (`on_complete`), which is what lets tier adaptors, limiters, streams and the pipeline compose
-/// without a thread per request. Tiers call these io_future/io_promise (tier/io_future.hpp).
+/// without a thread per request. Tiers return them from every request.
 ///
 /// Contract: a continuation runs exactly once, on the thread that completes the work (also when
 /// registered while that thread is completing it), or on the registering thread when the work

@@ -27,6 +27,7 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/checksum.hpp"
 #include "strata/core/env.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
@@ -127,18 +128,6 @@ inline void make_node_directory(const std::filesystem::path& directory) {
                   S_ISLNK(st.st_mode) ? std::string("a symlink") : fmt::format("a directory of uid {}", st.st_uid),
                   ::geteuid()),
       dir);
-}
-
-/// A 64-bit checksum (FNV-1a, then mixed) of a node-wide file's header, so that garbage or a torn
-/// header is told from a real one.
-[[nodiscard]] inline std::uint64_t node_checksum(const void* data, std::size_t size) noexcept {
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (std::size_t i = 0; i < size; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  return h;
 }
 
 }  // namespace detail

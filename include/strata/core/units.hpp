@@ -188,6 +188,15 @@ std::uint64_t parse_scaled(std::string_view text, const std::array<unit_entry, N
   return detail::parse_scaled(text, detail::count_units, "count", "K, M, G or T (powers of 1000)");
 }
 
+/// `n` rounded up to a whole number of `unit`s (unit > 0): what a buffer of n bytes costs when
+/// memory is handed out in pages or blocks.
+[[nodiscard]] constexpr std::uint64_t round_up(std::uint64_t n, std::uint64_t unit) noexcept {
+  return (n + unit - 1) / unit * unit;
+}
+
+/// A capacity or budget meaning "no limit beyond what the medium has".
+inline constexpr std::uint64_t unlimited_capacity = std::numeric_limits<std::uint64_t>::max();
+
 /// Formats bytes for humans: "100 B", "8 MiB", "1.50 GiB" (exact multiples print without decimals).
 [[nodiscard]] inline std::string format_size(std::uint64_t bytes) {
   static constexpr std::array<std::string_view, 7> names{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

@@ -2,17 +2,18 @@
 /// The `executor` concept: where a subgroup's update runs when it does not run on the CPU over
 /// host memory. An executor owns three streams (h2d copies in, compute, d2h copies out: separate,
 /// so that the copy of subgroup k+1 overlaps the kernel of subgroup k and both overlap the copy
-/// out of k-1), device memory, and the AdamW kernel on its compute stream. It also says what
-/// host memory its copies need to run at full speed (pinned for CUDA).
+/// out of k-1) and device memory under a budget, and says what host memory its copies need to
+/// run at full speed (pinned for CUDA). It knows no optimizer: the update kernel belongs to
+/// whoever drives it (offload/adamw_device.hpp enqueues AdamW on each model through its own
+/// launch function: `launch(items, kernel(pool))` on the host, `launch(kernel(cudaStream_t))`
+/// on CUDA).
 ///
 /// Models: host_executor (exec/host_executor.hpp: "device" memory is host memory, streams are
 /// worker threads, optionally paced to emulate PCIe and a GPU) and cuda_executor
 /// (exec/cuda_executor.cuh, nvcc only).
 ///
-/// Contract: enqueue_update(group, k) enqueues on compute() the update of one group whose spans
-/// are device memory of this executor (allocate_device), bit-identical to adamw_update_cpu on
-/// the same inputs. Device allocations never exceed device_budget() (capacity_error). Not
-/// thread-safe: one thread drives an executor.
+/// Contract: device allocations never exceed device_budget() (capacity_error) and the executor
+/// outlives them. Not thread-safe: one thread drives an executor.
 
 #include <concepts>
 #include <cstddef>
@@ -20,10 +21,8 @@
 #include <span>
 #include <string_view>
 
-#include "strata/core/half.hpp"
+#include "strata/core/host_memory.hpp"
 #include "strata/exec/stream.hpp"
-#include "strata/optim/adamw_math.hpp"
-#include "strata/tier/host_memory.hpp"
 
 namespace strata {
 
@@ -48,9 +47,7 @@ concept device_buffer = std::movable<B> && requires(B& b, const B& cb) {
 
 /// See the file comment.
 template <class E>
-concept executor = requires(E& e, const E& ce, std::size_t bytes, const adamw_step_params& k,
-                            const adamw_group<float, bf16>& g32, const adamw_group<bf16, bf16>& gb,
-                            const adamw_group<fp16, fp16>& gh) {
+concept executor = requires(E& e, const E& ce, std::size_t bytes) {
   requires stream<typename E::stream_type>;
   requires device_buffer<typename E::device_buffer>;
   { e.h2d() } -> std::same_as<typename E::stream_type&>;
@@ -60,9 +57,6 @@ concept executor = requires(E& e, const E& ce, std::size_t bytes, const adamw_st
   { ce.device_budget() } -> std::same_as<std::uint64_t>;
   { ce.device_used() } -> std::same_as<std::uint64_t>;
   { e.allocate_device(bytes) } -> std::same_as<typename E::device_buffer>;
-  { e.enqueue_update(g32, k) } -> std::same_as<void>;
-  { e.enqueue_update(gb, k) } -> std::same_as<void>;
-  { e.enqueue_update(gh, k) } -> std::same_as<void>;
   { ce.name() } -> std::convertible_to<std::string_view>;
 };
 

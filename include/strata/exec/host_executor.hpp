@@ -1,7 +1,7 @@
 #pragma once
 /// host_executor<S>: the executor model without a GPU. Its "device" memory is separate host
 /// memory, its three streams are `S` (host_stream, or host_stream under paced/jittered/faulty),
-/// and its kernel is the CPU AdamW kernel run on the compute stream, optionally paced to a
+/// and its kernels (launch) are CPU code run on the compute stream, optionally paced to a
 /// device's rate. A pipeline driven through it does everything it does on a GPU (copies in,
 /// kernel, copies out, events between streams), so CI proves the ordering and the bit-identity;
 /// with paced streams and a kernel rate it emulates a node's PCIe and GPU (strata-bench).
@@ -19,15 +19,14 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/budget.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
+#include "strata/core/host_memory.hpp"
 #include "strata/core/thread_pool.hpp"
 #include "strata/core/units.hpp"
 #include "strata/exec/executor.hpp"
 #include "strata/exec/host_stream.hpp"
-#include "strata/optim/adamw_cpu.hpp"
-#include "strata/tier/host_memory.hpp"
-#include "strata/tier/tier.hpp"
 
 namespace strata {
 
@@ -41,34 +40,7 @@ struct host_executor_options {
 };
 
 /// "Device" memory of a host_executor: host memory charged to the executor's device budget.
-class host_device_buffer {
- public:
-  host_device_buffer() = default;
-  host_device_buffer(std::size_t bytes, std::shared_ptr<std::atomic<std::uint64_t>> used)
-      : memory_(bytes, host_memory_kind::pageable), used_(std::move(used)) {}
-  host_device_buffer(host_device_buffer&&) noexcept = default;
-  host_device_buffer& operator=(host_device_buffer&& o) noexcept {
-    if (this != &o) {
-      release();
-      memory_ = std::move(o.memory_);
-      used_ = std::move(o.used_);
-    }
-    return *this;
-  }
-  ~host_device_buffer() { release(); }
-
-  [[nodiscard]] std::byte* data() noexcept { return memory_.data(); }
-  [[nodiscard]] std::size_t size() const noexcept { return memory_.size(); }
-
- private:
-  void release() noexcept {
-    if (used_) used_->fetch_sub(memory_.footprint());
-    used_.reset();
-    memory_ = host_allocation();
-  }
-  host_allocation memory_;
-  std::shared_ptr<std::atomic<std::uint64_t>> used_;
-};
+using host_device_buffer = charged<host_allocation>;
 
 static_assert(device_buffer<host_device_buffer>);
 
@@ -87,7 +59,7 @@ class host_executor {
 
   /// Streams made by `make`.
   host_executor(host_executor_options o, const stream_factory& make)
-      : opts_(std::move(o)), used_(std::make_shared<std::atomic<std::uint64_t>>(0)) {
+      : opts_(std::move(o)), device_budget_(opts_.device_memory, fmt::format("host_executor '{}'", opts_.name)) {
     STRATA_EXPECTS(opts_.kernel_rate >= 0 && opts_.kernel_threads >= 1 && opts_.kernel_threads <= 1024, config_error,
                    "host_executor '{}': kernel_rate {} must not be negative and kernel_threads {} must be 1..1024",
                    opts_.name, opts_.kernel_rate, opts_.kernel_threads);
@@ -106,45 +78,34 @@ class host_executor {
   [[nodiscard]] S& d2h() noexcept { return *streams_[2]; }
   [[nodiscard]] host_memory_request staging() const noexcept { return opts_.staging; }
   [[nodiscard]] std::uint64_t device_budget() const noexcept { return opts_.device_memory; }
-  [[nodiscard]] std::uint64_t device_used() const noexcept { return used_->load(); }
+  [[nodiscard]] std::uint64_t device_used() const noexcept { return device_budget_.used(); }
   [[nodiscard]] std::string_view name() const noexcept { return opts_.name; }
   [[nodiscard]] const host_executor_options& options() const noexcept { return opts_; }
 
-  /// `bytes` of "device" memory (zeroed); capacity_error past the device budget.
+  /// `bytes` of "device" memory (zeroed, charged in whole pages); capacity_error past the
+  /// device budget. The executor must outlive its buffers.
   [[nodiscard]] host_device_buffer allocate_device(std::size_t bytes) {
-    const std::uint64_t fp = (bytes + host_allocation::page - 1) / host_allocation::page * host_allocation::page;
-    std::uint64_t used = used_->load();
-    do {
-      if (fp > opts_.device_memory || used > opts_.device_memory - fp)
-        throw capacity_error(fmt::format("host_executor '{}': {} of device memory does not fit ({} of {} in use)",
-                                         opts_.name, format_size(fp), format_size(used),
-                                         format_size(opts_.device_memory)),
-                             fp, opts_.device_memory > used ? opts_.device_memory - used : 0);
-    } while (!used_->compare_exchange_weak(used, used + fp));
-    try {
-      return host_device_buffer(bytes, used_);
-    } catch (...) {
-      used_->fetch_sub(fp);
-      throw;
-    }
+    return allocate_host(device_budget_, bytes, host_memory_kind::pageable, "device memory");
   }
 
-  /// Enqueues the CPU kernel over `g` on the compute stream; with a kernel rate, the stream then
-  /// waits until n / rate seconds have passed since the kernel began.
-  template <gradient_type G, class H>
-  void enqueue_update(const adamw_group<G, H>& g, const adamw_step_params& k) {
-    compute().enqueue_host([g, k, pool = pool_.get(), rate = opts_.kernel_rate] {
+  /// Enqueues `kernel(pool)` on the compute stream as the executor's "device" kernel over `items`
+  /// elements: it runs on the CPU (on `pool`, the executor's kernel threads, or null for the
+  /// stream's own thread) and, with a kernel rate, the stream then waits until items / rate
+  /// seconds have passed since it began, as a device of that rate would take.
+  template <class Kernel>
+  void launch(std::uint64_t items, Kernel kernel) {
+    compute().enqueue_host([kernel = std::move(kernel), items, pool = pool_.get(), rate = opts_.kernel_rate]() mutable {
       const auto t0 = std::chrono::steady_clock::now();
-      adamw_update_cpu<G, H>(g.master, g.exp_avg, g.exp_avg_sq, g.max_exp_avg_sq, g.grad, g.model_out, k, pool);
+      kernel(pool);
       if (rate > 0)
         std::this_thread::sleep_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                               std::chrono::duration<double>(static_cast<double>(g.master.size()) / rate)));
+                                               std::chrono::duration<double>(static_cast<double>(items) / rate)));
     });
   }
 
  private:
   host_executor_options opts_;
-  std::shared_ptr<std::atomic<std::uint64_t>> used_;
+  budget device_budget_;
   std::unique_ptr<thread_pool> pool_;           // outlives the streams that use it
   std::unique_ptr<S> streams_[3];              // last: finish their work before the pool goes
 };

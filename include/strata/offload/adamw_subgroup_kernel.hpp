@@ -22,6 +22,7 @@
 #include "strata/core/thread_pool.hpp"
 #include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
+#include "strata/offload/adamw_device.hpp"
 #include "strata/offload/offload_layout.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
@@ -84,19 +85,21 @@ class adamw_subgroup_kernel {
     h2d.copy_to_device(device.subspan(static_cast<std::size_t>(layout_.device_gradient_offset()), g.size()), g);
   }
 
-  void device_update(std::size_t s, std::span<std::byte> device, Exec& exec) {
+  void device_update(std::size_t s, std::span<std::byte> device, Exec& exec)
+    requires adamw_executor<Exec>
+  {
     const std::size_t n = layout_.length(s);
     float* st = reinterpret_cast<float*>(device.data());
     auto* g = reinterpret_cast<const G*>(device.data() + layout_.device_gradient_offset());
     // in place in a device model; else in the slot, copied out by device_out
     H* out = !model_.device.empty() ? model_.device.data() + layout_.begin(s)
                                     : reinterpret_cast<H*>(device.data() + layout_.device_model_offset());
-    exec.enqueue_update(adamw_group<G, H>{std::span<float>(st, n), std::span<float>(st + n, n),
-                                          std::span<float>(st + 2 * n, n),
-                                          layout_.sections == 4 ? std::span<float>(st + 3 * n, n) : std::span<float>(),
-                                          std::span<const G>(g, n),
-                                          model_.empty() ? std::span<H>() : std::span<H>(out, n)},
-                        k_);
+    enqueue_adamw(exec,
+                  adamw_group<G, H>{std::span<float>(st, n), std::span<float>(st + n, n),
+                                    std::span<float>(st + 2 * n, n),
+                                    layout_.sections == 4 ? std::span<float>(st + 3 * n, n) : std::span<float>(),
+                                    std::span<const G>(g, n), model_.empty() ? std::span<H>() : std::span<H>(out, n)},
+                  k_);
   }
 
   template <class S>

@@ -28,13 +28,13 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/budget.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
 #include "strata/core/thread_pool.hpp"
 #include "strata/offload/offload_layout.hpp"
 #include "strata/optim/grad_norm.hpp"
-#include "strata/pipeline/host_budget.hpp"
 
 namespace strata {
 
@@ -192,7 +192,7 @@ class gradient_intake {
  private:
   offload_layout layout_;
   host_budget* budget_;
-  budgeted_allocation store_;
+  host_buffer store_;
   grad_kind kind_ = grad_kind::f32;
   std::vector<std::size_t> received_;
   std::vector<std::map<std::size_t, std::size_t>> ranges_;  // per subgroup: received [lo, hi), disjoint, merged

@@ -127,32 +127,28 @@ inline any_tier make_verified_path(const offloaded_adamw_config& c, std::size_t 
   return any_tier::make<checksummed<any_tier>>(checksum_options{.block_bytes = c.integrity_block_bytes}, std::move(path));
 }
 
+// The path's tier, then each layer the config asks for on top of it: a bandwidth cap
+// (throttled), the node-wide permit (limited).
 inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter) {
-  const bool throttle = p.read_cap > 0 || p.write_cap > 0;
-  const bool limit = p.node_limited && limiter != nullptr;
-  const throttle_options th{p.read_cap, p.write_cap, {}};
   const double rbw = p.read_bandwidth > 0 ? p.read_bandwidth : p.read_cap;
   const double wbw = p.write_bandwidth > 0 ? p.write_bandwidth : p.write_cap;
-  if (p.directory.empty()) {
-    host_tier_options ho;
-    ho.name = p.name.empty() ? fmt::format("host{}", index) : p.name;
-    ho.read_bandwidth = rbw;
-    ho.write_bandwidth = wbw;
-    if (throttle && limit) return any_tier::make<limited<throttled<host_tier>, node_limiter>>(*limiter, th, ho);
-    if (throttle) return any_tier::make<throttled<host_tier>>(th, ho);
-    if (limit) return any_tier::make<limited<host_tier, node_limiter>>(*limiter, ho);
-    return any_tier::make<host_tier>(ho);
-  }
-  file_tier_options fo;
-  fo.directory = p.directory;
-  fo.name = p.name;
-  fo.read_bandwidth = rbw;
-  fo.write_bandwidth = wbw;
-  fo.adopt_existing = p.adopt_existing;
-  if (throttle && limit) return any_tier::make<limited<throttled<file_tier>, node_limiter>>(*limiter, th, fo);
-  if (throttle) return any_tier::make<throttled<file_tier>>(th, fo);
-  if (limit) return any_tier::make<limited<file_tier, node_limiter>>(*limiter, fo);
-  return any_tier::make<file_tier>(fo);
+  any_tier path = [&] {
+    if (p.directory.empty())
+      return any_tier::make<host_tier>(host_tier_options{.name = p.name.empty() ? fmt::format("host{}", index) : p.name,
+                                                         .read_bandwidth = rbw,
+                                                         .write_bandwidth = wbw});
+    file_tier_options fo;
+    fo.directory = p.directory;
+    fo.name = p.name;
+    fo.read_bandwidth = rbw;
+    fo.write_bandwidth = wbw;
+    fo.adopt_existing = p.adopt_existing;
+    return any_tier::make<file_tier>(fo);
+  }();
+  if (p.read_cap > 0 || p.write_cap > 0)
+    path = any_tier::make<throttled<any_tier>>(throttle_options{p.read_cap, p.write_cap, {}}, std::move(path));
+  if (p.node_limited && limiter != nullptr) path = any_tier::make<limited<any_tier, node_limiter>>(*limiter, std::move(path));
+  return path;
 }
 
 template <class Preset, class Placement>

@@ -15,11 +15,11 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/budget.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/offload/offload_options.hpp"
 #include "strata/optim/adamw_math.hpp"
-#include "strata/pipeline/host_budget.hpp"
 #include "strata/pipeline/subgroup_pipeline.hpp"
 
 namespace strata {

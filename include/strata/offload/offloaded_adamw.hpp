@@ -79,6 +79,7 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/budget.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
@@ -100,7 +101,6 @@
 #include "strata/optim/adamw_math.hpp"
 #include "strata/optim/grad_norm.hpp"
 #include "strata/optim/loss_scaler.hpp"
-#include "strata/pipeline/host_budget.hpp"
 #include "strata/pipeline/subgroup_pipeline.hpp"
 #include "strata/policy/eviction_policy.hpp"
 #include "strata/policy/placement.hpp"
@@ -123,7 +123,7 @@ class offloaded_adamw {
   using order_type = Order;
   using executor_type = Exec;
   using site_type = Site;
-  using pipeline_type = subgroup_pipeline<Tier, Evict, Exec, Site>;
+  using pipeline_type = subgroup_pipeline<Exec, Site>;
   /// An event of the executor's streams (what accept_gradients from device memory waits for).
   using event_type = typename Exec::stream_type::event_type;
 
@@ -438,7 +438,7 @@ class offloaded_adamw {
     // sums it (the worker goes before the intake and the executor it refers to).
     std::unique_ptr<thread_pool> landing_worker;
     std::vector<std::future<void>> landing;
-    budgeted_allocation model_staging;  // host side of a model copy in device memory
+    host_buffer model_staging;  // host side of a model copy in device memory
 
     parts(Tier& tier, Exec* exec, std::unique_ptr<Exec> owned, const offload_layout& layout,
           const offload_options& off, Evict evict, Site site, tracer* trace)

@@ -15,8 +15,9 @@
 /// and picks the k with the shortest step (the fewest on the device among equals). Whole
 /// subgroups, the pipeline's fill and the order matter because a step has tens of subgroups: a
 /// continuous balance c / (c + g) sends a share to a device whose round trip then ends long
-/// after the host. `measure_update_rates` measures the four speeds on the executor and the CPU
-/// with a probe subgroup (the same code measures PCIe and a GPU, or a simulated device);
+/// after the host. `measure_update_rates` (offload/adamw_device.hpp) measures the four speeds of
+/// the AdamW update on an executor and the CPU with a probe subgroup (the same code measures PCIe
+/// and a GPU, or a simulated device);
 /// `cost_model_site` applies the model's k (or a forced share) per step; `observe` folds each
 /// finished step's host kernel time back into the host rate (a probe runs in warm caches, a step
 /// does not), separately for steps with and without device updates: while the device's copies
@@ -24,7 +25,6 @@
 /// itself), so host subgroups of a split step take `host_slowdown` times longer.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -38,13 +38,7 @@
 
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
-#include "strata/core/half.hpp"
-#include "strata/core/thread_pool.hpp"
-#include "strata/exec/executor.hpp"
-#include "strata/optim/adamw_cpu.hpp"
-#include "strata/optim/adamw_math.hpp"
 #include "strata/policy/update_site.hpp"
-#include "strata/tier/host_memory.hpp"
 
 namespace strata {
 
@@ -132,61 +126,6 @@ struct update_cost_model {
     return rate > 0 ? amount / rate : std::numeric_limits<double>::infinity();
   }
 };
-
-/// Measures update_rates on `exec` and the CPU with a probe of `params` parameters (fp32 state,
-/// bf16 gradients and model copy): each figure is the best of `reps` timed runs after one warm-up,
-/// so that a one-off stall does not bias the split. Needs 16 bytes per parameter on each side
-/// (state, gradients, model copy); capacity_error when the device budget is smaller.
-template <executor Exec>
-[[nodiscard]] update_rates measure_update_rates(Exec& exec, std::size_t params, thread_pool* pool = nullptr,
-                                                int reps = 3) {
-  STRATA_EXPECTS(params > 0 && reps > 0, config_error, "measure_update_rates: params {} and reps {} must be positive",
-                 params, reps);
-  using clock = std::chrono::steady_clock;
-  const std::size_t state = params * 3 * sizeof(float), grads = params * sizeof(bf16);
-  host_allocation host(state + 2 * grads, resolve_host_memory(exec.staging()));
-  auto device = exec.allocate_device(state + 2 * grads);
-  std::span<std::byte> h(host.data(), host.size()), d(device.data(), state + 2 * grads);
-  std::fill(h.begin(), h.end(), std::byte{0});
-  const auto groups = [&](std::span<std::byte> mem) {
-    auto* f = reinterpret_cast<float*>(mem.data());
-    auto* g = reinterpret_cast<bf16*>(mem.data() + state);
-    return adamw_group<bf16, bf16>{std::span<float>(f, params), std::span<float>(f + params, params),
-                                   std::span<float>(f + 2 * params, params), std::span<float>(),
-                                   std::span<const bf16>(g, params), std::span<bf16>(g + params, params)};
-  };
-  const adamw_step_params k = make_adamw_step_params(adamw_options{}, 1, 1e-3);
-  const auto best_of = [&](auto&& run) {
-    double best = std::numeric_limits<double>::infinity();
-    for (int r = 0; r <= reps; ++r) {  // r == 0 warms up
-      const auto t0 = clock::now();
-      run();
-      const double s = std::chrono::duration<double>(clock::now() - t0).count();
-      if (r > 0) best = std::min(best, s);
-    }
-    return best;
-  };
-  update_rates out;
-  const auto hg = groups(h);
-  out.host_params_per_s = static_cast<double>(params) / best_of([&] {
-    adamw_update_cpu<bf16, bf16>(hg.master, hg.exp_avg, hg.exp_avg_sq, hg.max_exp_avg_sq, hg.grad, hg.model_out, k,
-                                 pool);
-  });
-  out.h2d_bytes_per_s = static_cast<double>(h.size()) / best_of([&] {
-    exec.h2d().copy_to_device(d, h);
-    exec.h2d().sync();
-  });
-  out.d2h_bytes_per_s = static_cast<double>(h.size()) / best_of([&] {
-    exec.d2h().copy_to_host(h, d);
-    exec.d2h().sync();
-  });
-  const auto dg = groups(d);
-  out.device_params_per_s = static_cast<double>(params) / best_of([&] {
-    exec.enqueue_update(dg, k);
-    exec.compute().sync();
-  });
-  return out;
-}
 
 /// The update site that follows an update_cost_model for a step of `subgroups` subgroups of
 /// `subgroup_params` parameters: k of them on the device (the model's, or a forced share), at

@@ -1,6 +1,8 @@
 #pragma once
-/// Placement: which path (tier) of a multipath receives a new object. A policy sees, for each
-/// path, its descriptor (bandwidths), its capacity and use, and the bytes already placed on it.
+/// Placement policies: which path (tier) of a multipath receives a new object (the concept,
+/// `placement_policy`, is in tier/placement_policy.hpp, where multipath takes it). A policy sees,
+/// for each path, its descriptor (bandwidths), its capacity and use, and the bytes already placed
+/// on it.
 ///
 /// - fixed_ratio: MLP-Offload's k:1 round robin (weights {2, 1}: two objects on path 0, one on
 ///   path 1, and again), skipping a path that has no room.
@@ -10,7 +12,6 @@
 /// - adaptive: re-plans between steps from the throughput each path was observed to deliver
 ///   (an EWMA), and has the multipath migrate a bounded number of bytes per step towards it.
 
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -26,26 +27,10 @@
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/units.hpp"
+#include "strata/tier/placement_policy.hpp"
 #include "strata/tier/tier.hpp"
 
 namespace strata {
-
-/// What a placement policy sees of one path.
-struct path_view {
-  tier_descriptor descriptor;
-  std::uint64_t capacity = unlimited_capacity;
-  std::uint64_t used = 0;
-  std::uint64_t placed_bytes = 0;  ///< bytes of the objects this multipath placed there
-
-  /// Whether `bytes` more fit.
-  [[nodiscard]] bool fits(std::uint64_t bytes) const noexcept { return used <= capacity && capacity - used >= bytes; }
-};
-
-/// Chooses the path index for a new object of `bytes` bytes; throws capacity_error when none fits.
-template <class P>
-concept placement_policy = requires(P& p, std::string_view object, std::uint64_t bytes, std::span<const path_view> paths) {
-  { p.place(object, bytes, paths) } -> std::same_as<std::size_t>;
-};
 
 namespace detail {
 [[noreturn]] inline void no_room(std::string_view object, std::uint64_t bytes, std::span<const path_view> paths) {

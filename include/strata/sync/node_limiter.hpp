@@ -61,6 +61,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -70,6 +71,7 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/checksum.hpp"
 #include "strata/core/completion.hpp"
 #include "strata/core/env.hpp"
 #include "strata/core/error.hpp"
@@ -239,7 +241,7 @@ class node_limiter {
     header h{raw[1], raw[2]};
     if (static_cast<std::size_t>(n) < sizeof raw) {
       h = rebuild_header(n == 0 ? "" : fmt::format("{} bytes long", n));
-    } else if (raw[0] != header_magic || raw[3] != detail::node_checksum(raw.data(), 3 * sizeof raw[0])) {
+    } else if (raw[0] != header_magic || raw[3] != checksum64(std::as_bytes(std::span(raw).first(3)))) {
       h = rebuild_header(raw[0] == header_magic ? "its checksum does not match" : "not a queue file of this version");
     } else if (h.permits < 1 || h.permits > max_permits || h.next_ticket >= ticket_limit) {
       h = rebuild_header(fmt::format("permits {}, next ticket {}", h.permits, h.next_ticket));
@@ -287,7 +289,7 @@ class node_limiter {
 
   void write_header(const header& h) {
     header_bytes raw{header_magic, h.permits, h.next_ticket, 0};
-    raw[3] = detail::node_checksum(raw.data(), 3 * sizeof raw[0]);
+    raw[3] = checksum64(std::as_bytes(std::span(raw).first(3)));
     ssize_t n;
     do n = ::pwrite(lock_file_.fd.get(), raw.data(), sizeof raw, 0);
     while (n < 0 && errno == EINTR);

@@ -30,23 +30,17 @@
 #include <utility>
 #include <vector>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <fmt/format.h>
 
+#include "strata/core/checksum.hpp"
+#include "strata/core/completion.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
-#include "strata/tier/adaptor_base.hpp"
+#include "strata/tier/any_tier.hpp"
+#include "strata/tier/detail/adaptor_base.hpp"
 #include "strata/tier/detail/inflight_counter.hpp"
-#include "strata/tier/io_future.hpp"
 
 namespace strata {
-
-/// XXH3-64 of a byte range: the checksum strata stores with every block.
-[[nodiscard]] inline std::uint64_t checksum64(std::span<const std::byte> bytes) noexcept {
-  return XXH3_64bits(bytes.data(), bytes.size());
-}
 
 /// Options of a checksummed tier.
 struct checksum_options {
@@ -81,7 +75,7 @@ class checksummed : public detail::adaptor_base<Inner> {
   checksummed& operator=(const checksummed&) = delete;
   ~checksummed() { inflight_.wait_zero(); }
 
-  io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
+  completion write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     try {
       const std::uint64_t B = opts_.block_bytes;
       const std::uint64_t end = offset + bytes.size();
@@ -92,10 +86,10 @@ class checksummed : public detail::adaptor_base<Inner> {
       sums.reserve((bytes.size() + B - 1) / B);
       for (std::uint64_t pos = 0; pos < bytes.size(); pos += B)
         sums.push_back(checksum64(bytes.subspan(pos, std::min<std::uint64_t>(B, bytes.size() - pos))));
-      io_promise p;
+      completion_promise p;
       auto out = p.get_future();
       inflight_.add();
-      auto sp = std::make_shared<io_promise>(std::move(p));
+      auto sp = std::make_shared<completion_promise>(std::move(p));
       this->inner_.write(object, offset, bytes)
           .on_complete([this, sp, obj = std::string(object), offset, end, sums = std::move(sums)](std::exception_ptr e) {
             if (!e) record(obj, offset, end, sums);
@@ -104,11 +98,11 @@ class checksummed : public detail::adaptor_base<Inner> {
           });
       return out;
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
-  io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
+  completion read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
     try {
       const std::uint64_t B = opts_.block_bytes;
       auto sums = lookup(object);
@@ -123,10 +117,10 @@ class checksummed : public detail::adaptor_base<Inner> {
       const std::uint64_t end = offset + dst.size();
       const std::uint64_t w0 = offset / B * B;
       const std::uint64_t w1 = std::min(size, (end + B - 1) / B * B);
-      io_promise p;
+      completion_promise p;
       auto out = p.get_future();
       inflight_.add();
-      auto sp = std::make_shared<io_promise>(std::move(p));
+      auto sp = std::make_shared<completion_promise>(std::move(p));
       if (w0 == offset && w1 == end) {  // whole blocks: verify in place
         this->inner_.read(object, offset, dst)
             .on_complete([this, sp, obj = std::string(object), sums, dst, offset](std::exception_ptr e) {
@@ -145,7 +139,7 @@ class checksummed : public detail::adaptor_base<Inner> {
           });
       return out;
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
@@ -180,7 +174,7 @@ class checksummed : public detail::adaptor_base<Inner> {
   /// A write that cuts checksum blocks: the cut blocks are completed with the object's bytes
   /// around it (read back and verified first; zeros past its end) and written whole, so every
   /// block's checksum covers exactly what is stored. The edge reads are waited for here.
-  io_future write_merged(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes,
+  completion write_merged(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes,
                          std::uint64_t old_size) {
     const std::uint64_t B = opts_.block_bytes;
     const std::uint64_t end = offset + bytes.size();
@@ -197,10 +191,10 @@ class checksummed : public detail::adaptor_base<Inner> {
     std::vector<std::uint64_t> sums;
     for (std::uint64_t pos = 0; pos < merged->size(); pos += B)
       sums.push_back(checksum64(std::span<const std::byte>(*merged).subspan(pos, std::min<std::uint64_t>(B, merged->size() - pos))));
-    io_promise p;
+    completion_promise p;
     auto out = p.get_future();
     inflight_.add();
-    auto sp = std::make_shared<io_promise>(std::move(p));
+    auto sp = std::make_shared<completion_promise>(std::move(p));
     this->inner_.write(object, w0, *merged)
         .on_complete([this, sp, merged, obj = std::string(object), w0, w1, sums = std::move(sums)](std::exception_ptr e) {
           if (!e) record(obj, w0, w1, sums);
@@ -253,5 +247,8 @@ class checksummed : public detail::adaptor_base<Inner> {
   std::map<std::string, std::shared_ptr<const object_checksums>, std::less<>> table_;
   detail::inflight_counter inflight_;  // destroyed first
 };
+
+static_assert(tier<checksummed<any_tier>>);
+static_assert(tier<checksummed<any_tier&>>);
 
 }  // namespace strata

@@ -31,13 +31,14 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/budget.hpp"
 #include "strata/core/completion.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
+#include "strata/core/host_memory.hpp"
 #include "strata/core/units.hpp"
 #include "strata/exec/executor.hpp"
-#include "strata/tier/host_memory.hpp"
-#include "strata/tier/io_future.hpp"
+#include "strata/exec/host_executor.hpp"
 #include "strata/tier/tier.hpp"
 
 namespace strata {
@@ -65,7 +66,9 @@ class device_tier {
   /// A tier over an executor constructed in place from `exec_args`.
   template <class... ExecArgs>
   explicit device_tier(device_tier_options o, ExecArgs&&... exec_args)
-      : opts_(std::move(o)), exec_(std::forward<ExecArgs>(exec_args)...) {}
+      : opts_(std::move(o)),
+        exec_(std::forward<ExecArgs>(exec_args)...),
+        budget_(opts_.capacity, fmt::format("tier '{}'", opts_.name)) {}
 
   device_tier(const device_tier&) = delete;
   device_tier& operator=(const device_tier&) = delete;
@@ -77,7 +80,7 @@ class device_tier {
     objects_.clear();
   }
 
-  io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
+  completion write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     try {
       const std::uint64_t end = validate_write(opts_.name, object, offset, bytes.size());
       std::lock_guard lock(mutex_);
@@ -91,11 +94,11 @@ class device_tier {
         exec_.h2d().copy_to_device(std::span<std::byte>(e.memory->data() + offset, bytes.size()), bytes);
       return watched(exec_.h2d().record().completion(), h2d_faulted_);
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
-  io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
+  completion read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
     try {
       std::lock_guard lock(mutex_);
       const auto it = objects_.find(object);
@@ -103,12 +106,12 @@ class device_tier {
           it == objects_.end() ? std::nullopt : std::optional<std::uint64_t>(it->second.size);
       if (!size || offset > *size || dst.size() > *size - offset)
         throw out_of_range_error(opts_.name, object, offset, dst.size(), size);
-      if (dst.empty()) return make_ready_io_future();
+      if (dst.empty()) return make_ready_completion();
       clear_faults_locked();
       exec_.d2h().copy_to_host(dst, std::span<const std::byte>(it->second.memory->data() + offset, dst.size()));
       return watched(exec_.d2h().record().completion(), d2h_faulted_);
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
@@ -117,7 +120,7 @@ class device_tier {
     std::lock_guard lock(mutex_);
     const auto it = objects_.find(object);
     if (it == objects_.end()) return false;
-    used_ -= it->second.allocated;
+    budget_.refund(it->second.allocated);
     retire_locked(std::move(it->second.memory), nullptr);
     objects_.erase(it);
     return true;
@@ -146,10 +149,7 @@ class device_tier {
     return it->second.size;
   }
   [[nodiscard]] std::uint64_t capacity() const { return std::min(opts_.capacity, exec_.device_budget()); }
-  [[nodiscard]] std::uint64_t used() const {
-    std::lock_guard lock(mutex_);
-    return used_;
-  }
+  [[nodiscard]] std::uint64_t used() const { return budget_.used(); }
   [[nodiscard]] std::string_view name() const { return opts_.name; }
   [[nodiscard]] tier_descriptor descriptor() const {
     return {opts_.name, tier_kind::device, opts_.read_bandwidth, opts_.write_bandwidth, false};
@@ -171,20 +171,21 @@ class device_tier {
     std::unique_ptr<host_allocation> bounce;
   };
 
-  static std::uint64_t charge(std::uint64_t bytes) { return (bytes + unit - 1) / unit * unit; }
-
   /// Replaces the object's memory by one of at least `end` bytes holding its old bytes.
   auto grow_locked(std::string_view object, typename std::map<std::string, entry, std::less<>>::iterator it,
                    std::uint64_t end) {
     const std::uint64_t old_charge = it == objects_.end() ? 0 : it->second.allocated;
-    const std::uint64_t new_charge = charge(end);
-    const std::uint64_t needed = used_ - old_charge + new_charge;
-    if (needed > opts_.capacity)
-      throw capacity_error(fmt::format("tier '{}': writing up to byte {} of object '{}' needs {} of device memory but "
-                                       "the budget is {} ({} in use)",
-                                       opts_.name, end, object, format_size(needed), format_size(opts_.capacity),
-                                       format_size(used_)),
-                           needed, opts_.capacity);
+    const std::uint64_t new_charge = round_up(end, unit);
+    // The old memory is retired right after: the tier's budget needs room for the new one only.
+    budget_.charge(new_charge, fmt::format("writing up to byte {} of object '{}'", end, object), old_charge);
+    struct refund_unless_kept {
+      budget& b;
+      std::uint64_t bytes;
+      bool kept = false;
+      ~refund_unless_kept() {
+        if (!kept) b.refund(bytes);
+      }
+    } charge{budget_, new_charge};
     auto grown = std::make_unique<buffer>(allocate_locked(new_charge));
     if (it == objects_.end()) it = objects_.emplace(std::string(object), entry{}).first;
     entry& e = it->second;
@@ -204,7 +205,8 @@ class device_tier {
     }
     e.memory = std::move(grown);
     e.allocated = new_charge;
-    used_ = needed;
+    charge.kept = true;
+    budget_.refund(old_charge);
     return it;
   }
 
@@ -267,12 +269,14 @@ class device_tier {
 
   device_tier_options opts_;
   Exec exec_;
+  budget budget_;  // the tier's own capacity (the executor's device budget applies too)
   mutable std::mutex mutex_;
   std::map<std::string, entry, std::less<>> objects_;
   std::vector<retired> retired_;
-  std::uint64_t used_ = 0;
   std::shared_ptr<std::atomic<bool>> h2d_faulted_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<std::atomic<bool>> d2h_faulted_ = std::make_shared<std::atomic<bool>>(false);
 };
+
+static_assert(tier<device_tier<host_executor<>>>);
 
 }  // namespace strata

@@ -25,13 +25,14 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/completion.hpp"
 #include "strata/core/detail/fault_rules.hpp"
 #include "strata/core/detail/faulty_fwd.hpp"
 #include "strata/core/error.hpp"
-#include "strata/tier/adaptor_base.hpp"
+#include "strata/tier/any_tier.hpp"
+#include "strata/tier/detail/adaptor_base.hpp"
 #include "strata/tier/detail/inflight_counter.hpp"
 #include "strata/tier/detail/timer_thread.hpp"
-#include "strata/tier/io_future.hpp"
 
 namespace strata {
 
@@ -79,7 +80,7 @@ class faulty<Inner> : public detail::adaptor_base<Inner> {
   /// How many faults have fired.
   [[nodiscard]] std::uint64_t fired() const noexcept { return rules_.fired(); }
 
-  io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
+  completion write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     const auto f = match(fault_op::write, object, bytes.size());
     if (!f) return this->inner_.write(object, offset, bytes);
     switch (f->kind) {
@@ -104,7 +105,7 @@ class faulty<Inner> : public detail::adaptor_base<Inner> {
     return this->inner_.write(object, offset, bytes);
   }
 
-  io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
+  completion read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
     const auto f = match(fault_op::read, object, dst.size());
     if (!f) return this->inner_.read(object, offset, dst);
     switch (f->kind) {
@@ -154,18 +155,18 @@ class faulty<Inner> : public detail::adaptor_base<Inner> {
   static void flip(std::byte& b, std::uint64_t bit) noexcept { b ^= static_cast<std::byte>(1U << (bit % 8)); }
 
   template <class E>
-  static io_future failed(E e) {
-    return make_ready_io_future(std::make_exception_ptr(std::move(e)));
+  static completion failed(E e) {
+    return make_ready_completion(std::make_exception_ptr(std::move(e)));
   }
 
   // Completes with `f(inner's error)` once `inner` is done, so nothing touches the caller's
   // memory after the returned future completes.
   template <class F>
-  io_future then(io_future inner, F f) {
-    io_promise p;
+  completion then(completion inner, F f) {
+    completion_promise p;
     auto out = p.get_future();
     inflight_.add();
-    auto sp = std::make_shared<io_promise>(std::move(p));
+    auto sp = std::make_shared<completion_promise>(std::move(p));
     inner.on_complete([this, sp, f = std::move(f)](std::exception_ptr e) mutable {
       sp->complete(f(std::move(e)));
       inflight_.done();
@@ -175,17 +176,17 @@ class faulty<Inner> : public detail::adaptor_base<Inner> {
 
   // Completes with `err` (or the inner error) once `inner` is done.
   template <class E>
-  io_future chain(io_future inner, E err) {
+  completion chain(completion inner, E err) {
     return then(std::move(inner), [err = std::move(err)](std::exception_ptr e) {
       return e ? e : std::make_exception_ptr(err);
     });
   }
 
-  io_future delayed(io_future inner, std::chrono::microseconds d) {
-    io_promise p;
+  completion delayed(completion inner, std::chrono::microseconds d) {
+    completion_promise p;
     auto out = p.get_future();
     inflight_.add();
-    auto sp = std::make_shared<io_promise>(std::move(p));
+    auto sp = std::make_shared<completion_promise>(std::move(p));
     inner.on_complete([this, sp, d](std::exception_ptr e) {
       timer_.at(detail::timer_thread::clock::now() + d, [this, sp, e] {
         sp->complete(e);
@@ -199,5 +200,8 @@ class faulty<Inner> : public detail::adaptor_base<Inner> {
   detail::timer_thread timer_{"faulty"};
   detail::inflight_counter inflight_;  // destroyed first
 };
+
+static_assert(tier<faulty<any_tier>>);
+static_assert(tier<faulty<any_tier&>>);
 
 }  // namespace strata

@@ -54,6 +54,7 @@
 #include <fmt/format.h>
 
 #include "strata/core/aligned_buffer.hpp"
+#include "strata/core/completion.hpp"
 #include "strata/core/directory_lock.hpp"
 #include "strata/core/env.hpp"
 #include "strata/core/error.hpp"
@@ -63,7 +64,6 @@
 #include "strata/core/units.hpp"
 #include "strata/tier/detail/file_io_backend.hpp"
 #include "strata/tier/detail/object_journal.hpp"
-#include "strata/tier/io_future.hpp"
 #include "strata/tier/throughput_meter.hpp"
 #include "strata/tier/tier.hpp"
 
@@ -141,7 +141,7 @@ class file_tier {
     if (sizes_.empty() && opts_.lock_directory) journal_.remove_file();
   }
 
-  io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
+  completion write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     try {
       const std::uint64_t end = validate_write(opts_.name, object, offset, bytes.size());
       const auto path = path_of(object);
@@ -189,11 +189,11 @@ class file_tier {
                                            bytes.size(), const_cast<std::byte*>(bytes.data()), old_size);
       return start(req);
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
-  io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
+  completion read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
     try {
       validate_object_name(opts_.name, object);
       const auto size = this->size(object);
@@ -205,7 +205,7 @@ class file_tier {
                                            dst.size(), dst.data(), *size);
       return start(req);
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
@@ -383,14 +383,14 @@ class file_tier {
     std::uint64_t length;
     std::byte* buf;
     std::uint64_t old_size;
-    io_promise promise;
+    completion_promise promise;
     std::mutex mutex;
     std::size_t remaining = 0;
     std::exception_ptr first_error;
     bool bounced = false;
   };
 
-  io_future start(const std::shared_ptr<request>& req) {
+  completion start(const std::shared_ptr<request>& req) {
     auto fut = req->promise.get_future();
     (req->write ? write_meter_ : read_meter_).begin();
     // Chunk boundaries at absolute multiples of chunk_bytes: no two chunks share a block.
@@ -672,11 +672,7 @@ class file_tier {
     try {
       for (const auto& entry : std::filesystem::directory_iterator(opts_.directory)) {
         const auto n = entry.path().filename().string();
-        try {
-          validate_object_name(opts_.name, n);
-        } catch (const config_error&) {
-          continue;  // no object can have this name: never touched
-        }
+        if (!is_object_name(n)) continue;  // no object can have this name: never touched
         struct stat st {};
         if (::lstat(entry.path().c_str(), &st) != 0) continue;  // gone meanwhile
         const bool regular_own = detail::not_own_reason(st).empty();

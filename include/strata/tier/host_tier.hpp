@@ -15,10 +15,11 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/budget.hpp"
+#include "strata/core/completion.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/host_memory.hpp"
 #include "strata/core/units.hpp"
-#include "strata/tier/host_memory.hpp"
-#include "strata/tier/io_future.hpp"
 #include "strata/tier/tier.hpp"
 
 namespace strata {
@@ -38,35 +39,33 @@ struct host_tier_options {
 /// it adds no thread hops. Growing an object reallocates it: write objects whole when possible.
 class host_tier {
  public:
-  explicit host_tier(host_tier_options o = {}) : opts_(std::move(o)), kind_(resolve_host_memory(opts_.memory)) {}
+  explicit host_tier(host_tier_options o = {})
+      : opts_(std::move(o)),
+        kind_(resolve_host_memory(opts_.memory)),
+        budget_(opts_.capacity, fmt::format("tier '{}'", opts_.name)) {}
 
   host_tier(const host_tier&) = delete;
   host_tier& operator=(const host_tier&) = delete;
 
-  io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
-    return run_as_io_future([&] {
+  completion write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
+    return run_as_completion([&] {
       const std::uint64_t end = validate_write(opts_.name, object, offset, bytes.size());
       std::unique_lock lock(mutex_);
       auto it = objects_.find(object);
       const std::uint64_t old_size = it == objects_.end() ? 0 : it->second.size;
       if (it == objects_.end() || end > it->second.memory.size()) {
-        const std::uint64_t old_footprint = it == objects_.end() ? 0 : it->second.memory.footprint();
-        const std::uint64_t new_footprint = (end + host_allocation::page - 1) / host_allocation::page * host_allocation::page;
-        const std::uint64_t needed = used_ - old_footprint + new_footprint;
-        if (needed > opts_.capacity)
-          throw capacity_error(fmt::format("tier '{}': writing {} at offset {} of object '{}' needs {} but the budget "
-                                           "is {} ({} in use)",
-                                           opts_.name, format_size(bytes.size()), offset, object,
-                                           format_size(needed), format_size(opts_.capacity), format_size(used_)),
-                               needed, opts_.capacity);
-        host_allocation grown(end, kind_);
+        // The old buffer goes right after the copy: the budget needs room for the new one only.
+        const std::uint64_t old_cost = it == objects_.end() ? 0 : it->second.memory.cost();
+        host_buffer grown = allocate_host(budget_, static_cast<std::size_t>(end), kind_,
+                                          fmt::format("writing {} at offset {} of object '{}'",
+                                                      format_size(bytes.size()), offset, object),
+                                          old_cost);
         if (it != objects_.end()) {
           std::memcpy(grown.data(), it->second.memory.data(), old_size);
           it->second.memory = std::move(grown);
         } else {
           it = objects_.emplace(std::string(object), entry{std::move(grown), 0}).first;
         }
-        used_ = needed;
       }
       entry& e = it->second;
       e.size = std::max(old_size, end);
@@ -75,8 +74,8 @@ class host_tier {
     });
   }
 
-  io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
-    return run_as_io_future([&] {
+  completion read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
+    return run_as_completion([&] {
       std::shared_lock lock(mutex_);
       const auto it = objects_.find(object);
       const std::optional<std::uint64_t> size =
@@ -93,7 +92,6 @@ class host_tier {
     std::unique_lock lock(mutex_);
     const auto it = objects_.find(object);
     if (it == objects_.end()) return false;
-    used_ -= it->second.memory.footprint();
     auto victim = std::move(it->second.memory);
     objects_.erase(it);
     lock.unlock();
@@ -110,10 +108,7 @@ class host_tier {
     return it->second.size;
   }
   [[nodiscard]] std::uint64_t capacity() const { return opts_.capacity; }
-  [[nodiscard]] std::uint64_t used() const {
-    std::shared_lock lock(mutex_);
-    return used_;
-  }
+  [[nodiscard]] std::uint64_t used() const { return budget_.used(); }
   [[nodiscard]] std::string_view name() const { return opts_.name; }
   [[nodiscard]] tier_descriptor descriptor() const {
     return {opts_.name, tier_kind::host, opts_.read_bandwidth, opts_.write_bandwidth, false};
@@ -123,14 +118,14 @@ class host_tier {
 
  private:
   struct entry {
-    host_allocation memory;
+    host_buffer memory;
     std::uint64_t size;
   };
   host_tier_options opts_;
   host_memory_kind kind_;
+  budget budget_;  // before the objects charged to it
   mutable std::shared_mutex mutex_;
   std::map<std::string, entry, std::less<>> objects_;
-  std::uint64_t used_ = 0;
 };
 
 static_assert(tier<host_tier>);

@@ -20,11 +20,13 @@
 #include <string_view>
 #include <utility>
 
+#include "strata/core/completion.hpp"
+#include "strata/sync/counting_limiter.hpp"
 #include "strata/sync/limiter.hpp"
 #include "strata/sync/rw_limiter.hpp"
-#include "strata/tier/adaptor_base.hpp"
+#include "strata/tier/any_tier.hpp"
+#include "strata/tier/detail/adaptor_base.hpp"
 #include "strata/tier/detail/inflight_counter.hpp"
-#include "strata/tier/io_future.hpp"
 
 namespace strata {
 
@@ -48,11 +50,11 @@ class limited : public detail::adaptor_base<Inner> {
   /// has completed.
   ~limited() { inflight_.wait_zero(); }
 
-  io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
+  completion write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     return hold(writes_,
                 [this, name = std::string(object), offset, bytes] { return this->inner_.write(name, offset, bytes); });
   }
-  io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
+  completion read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
     return hold(reads_, [this, name = std::string(object), offset, dst] { return this->inner_.read(name, offset, dst); });
   }
 
@@ -63,8 +65,8 @@ class limited : public detail::adaptor_base<Inner> {
 
  private:
   template <class Issue>
-  io_future hold(Limiter& lim, Issue issue) {
-    io_promise done;
+  completion hold(Limiter& lim, Issue issue) {
+    completion_promise done;
     auto result = done.get_future();
     inflight_.add();
     completion permit;
@@ -80,7 +82,7 @@ class limited : public detail::adaptor_base<Inner> {
             finish(done, granted);
             return;
           }
-          io_future inner;
+          completion inner;
           try {
             inner = issue();
           } catch (...) {
@@ -96,7 +98,7 @@ class limited : public detail::adaptor_base<Inner> {
     return result;
   }
 
-  void finish(io_promise& done, std::exception_ptr e) noexcept {
+  void finish(completion_promise& done, std::exception_ptr e) noexcept {
     done.complete(std::move(e));
     inflight_.done();
   }
@@ -105,5 +107,8 @@ class limited : public detail::adaptor_base<Inner> {
   Limiter& writes_;
   detail::inflight_counter inflight_;  // destroyed first
 };
+
+static_assert(tier<limited<any_tier, counting_limiter>>);
+static_assert(tier<limited<any_tier&, counting_limiter>>);
 
 }  // namespace strata

@@ -1,9 +1,9 @@
 #pragma once
 /// multipath: spreads objects over several tiers ("paths": a node-local NVMe and a PFS, say) and
 /// reads or writes each object on the path that holds it, so the paths' bandwidths add up.
-/// A placement policy picks the path of each new object (policy/placement.hpp); an object found
-/// on a path (left by an earlier run) stays there. Each path runs its own requests, so paths work
-/// concurrently.
+/// A placement policy picks the path of each new object (tier/placement_policy.hpp; its models
+/// are in policy/placement.hpp); an object found on a path (left by an earlier run) stays there.
+/// Each path runs its own requests, so paths work concurrently.
 ///
 /// - `multipath<Placement, Tiers...>`: a fixed set of paths, each constructed in place from one
 ///   argument (its options) or from a std::tuple of arguments (an adaptor's), or referred to
@@ -26,10 +26,10 @@
 #include <utility>
 #include <vector>
 
+#include "strata/core/completion.hpp"
 #include "strata/core/expects.hpp"
-#include "strata/policy/placement.hpp"
 #include "strata/tier/any_tier.hpp"
-#include "strata/tier/io_future.hpp"
+#include "strata/tier/placement_policy.hpp"
 #include "strata/tier/throughput_meter.hpp"
 #include "strata/tier/tier.hpp"
 
@@ -49,24 +49,24 @@ class multipath_core {
  public:
   explicit multipath_core(Placement p, std::string name) : placement_(std::move(p)), name_(std::move(name)) {}
 
-  io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
+  completion write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     try {
       const std::size_t path = locate_or_place(object, offset + bytes.size());
       return metered(path, bytes.size(), true,
                      self().visit(path, [&](auto& t) { return t.write(object, offset, bytes); }));
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
-  io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
+  completion read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
     try {
       const auto path = locate(object);
       if (!path) throw out_of_range_error(name_, object, offset, dst.size(), std::nullopt);
       return metered(*path, dst.size(), false,
                      self().visit(*path, [&](auto& t) { return t.read(object, offset, dst); }));
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
@@ -122,6 +122,13 @@ class multipath_core {
     return d;
   }
 
+  /// One descriptor per path, in path order.
+  [[nodiscard]] std::vector<tier_descriptor> path_descriptors() const {
+    std::vector<tier_descriptor> d;
+    d.reserve(self().path_count());
+    for (std::size_t i = 0; i < self().path_count(); ++i) d.push_back(self().visit(i, [](auto& t) { return t.descriptor(); }));
+    return d;
+  }
   /// The path that holds `object`, if any (looked up on the paths when this run has not seen it).
   [[nodiscard]] std::optional<std::size_t> path_of(std::string_view object) const { return locate(object); }
   /// Puts a new object on a chosen path (e.g. restoring a saved layout), bypassing the policy.
@@ -217,7 +224,7 @@ class multipath_core {
     std::atomic<std::uint64_t> written{0};
   };
 
-  io_future metered(std::size_t path, std::uint64_t bytes, bool write, io_future inner) {
+  completion metered(std::size_t path, std::uint64_t bytes, bool write, completion inner) {
     auto& m = *meters_[path];
     m.begin();
     inner.on_complete([&m, bytes, write](std::exception_ptr e) {
@@ -389,6 +396,7 @@ class dynamic_multipath : public detail::multipath_core<Placement, dynamic_multi
   }
   [[nodiscard]] std::size_t path_count() const noexcept { return paths_.size(); }
   [[nodiscard]] any_tier& path(std::size_t i) { return paths_.at(i); }
+  [[nodiscard]] const any_tier& path(std::size_t i) const { return paths_.at(i); }
 
  private:
   template <class F>
@@ -401,5 +409,10 @@ class dynamic_multipath : public detail::multipath_core<Placement, dynamic_multi
   }
   std::vector<any_tier> paths_;
 };
+
+static_assert(multi_path_tier<dynamic_multipath<detail::placement_archetype>>);
+static_assert(multi_path_tier<multipath<detail::placement_archetype, any_tier, any_tier&>>);
+
+static_assert(tier<multipath<detail::placement_archetype, any_tier>>);
 
 }  // namespace strata

@@ -38,7 +38,6 @@
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/tier/any_tier.hpp"
-#include "strata/tier/io_future.hpp"
 #include "strata/tier/multipath.hpp"
 #include "strata/tier/tier.hpp"
 
@@ -62,7 +61,7 @@ class striped {
   striped(const striped&) = delete;
   striped& operator=(const striped&) = delete;
 
-  io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
+  completion write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     try {
       const std::uint64_t end = validate_write(opts_.name, object, offset, bytes.size());
       {
@@ -90,11 +89,11 @@ class striped {
       });
       return done;
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
-  io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
+  completion read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
     try {
       std::optional<std::uint64_t> size;
       {
@@ -107,7 +106,7 @@ class striped {
         return m.read(object, pc.at, dst.subspan(pc.from, pc.length));
       });
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
@@ -191,7 +190,7 @@ class striped {
   /// in parallel), since a member may not run two writes on one object at once (the tier
   /// contract). No byte is copied. Joins everything.
   template <class Issue>
-  io_future split(std::uint64_t offset, std::size_t length, bool write, Issue issue) {
+  completion split(std::uint64_t offset, std::size_t length, bool write, Issue issue) {
     const std::uint64_t unit = opts_.stripe_bytes;
     const auto n = static_cast<std::uint64_t>(members_.size());
     std::vector<std::vector<piece>> pieces(members_.size());
@@ -203,7 +202,7 @@ class striped {
       pieces[static_cast<std::size_t>(k % n)].push_back({done, len, (k / n) * unit + within});
       done += len;
     }
-    std::vector<io_future> parts;
+    std::vector<completion> parts;
     for (std::size_t m = 0; m < members_.size(); ++m) {
       if (pieces[m].empty()) continue;
       if (write) {
@@ -216,15 +215,15 @@ class striped {
   }
 
   template <class Issue>
-  io_future issue_one(std::size_t m, const piece& pc, Issue& issue) {
+  completion issue_one(std::size_t m, const piece& pc, Issue& issue) {
     try {
       return issue(members_[m], pc);
     } catch (...) {
-      return make_ready_io_future(std::current_exception());
+      return make_ready_completion(std::current_exception());
     }
   }
 
-  io_future counted(std::size_t m, std::size_t bytes, bool write, io_future f) {
+  completion counted(std::size_t m, std::size_t bytes, bool write, completion f) {
     auto& t = *totals_[m];
     f.on_complete([&t, bytes, write](std::exception_ptr e) {
       if (!e) (write ? t.written : t.read).fetch_add(bytes, std::memory_order_relaxed);
@@ -235,16 +234,16 @@ class striped {
   /// Writes member m's pieces in order, each issued when the previous one completed (from its
   /// completion); the first error ends the chain.
   template <class Issue>
-  io_future write_chain(std::size_t m, std::vector<piece> list, Issue issue) {
+  completion write_chain(std::size_t m, std::vector<piece> list, Issue issue) {
     struct chain {
       striped* self;
       std::size_t member;
       std::vector<piece> list;
       Issue issue;
       std::size_t next = 0;
-      io_promise done;
+      completion_promise done;
     };
-    auto c = std::make_shared<chain>(chain{this, m, std::move(list), std::move(issue), 0, io_promise{}});
+    auto c = std::make_shared<chain>(chain{this, m, std::move(list), std::move(issue), 0, completion_promise{}});
     auto result = c->done.get_future();
     step_chain(c);
     return result;

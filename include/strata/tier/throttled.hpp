@@ -25,12 +25,13 @@
 #include <string_view>
 #include <utility>
 
+#include "strata/core/completion.hpp"
 #include "strata/core/expects.hpp"
-#include "strata/tier/adaptor_base.hpp"
+#include "strata/tier/any_tier.hpp"
+#include "strata/tier/detail/adaptor_base.hpp"
 #include "strata/tier/detail/inflight_counter.hpp"
 #include "strata/tier/detail/link_timeline.hpp"
 #include "strata/tier/detail/timer_thread.hpp"
-#include "strata/tier/io_future.hpp"
 #include "strata/tier/tier.hpp"
 
 namespace strata {
@@ -71,10 +72,10 @@ class throttled : public detail::adaptor_base<Inner> {
   /// Waits until every request issued through this adaptor has completed.
   ~throttled() { inflight_.wait_zero(); }
 
-  io_future write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
+  completion write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
     return shape(1, bytes.size(), this->inner_.write(object, offset, bytes));
   }
-  io_future read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
+  completion read(std::string_view object, std::uint64_t offset, std::span<std::byte> dst) {
     return shape(0, dst.size(), this->inner_.read(object, offset, dst));
   }
 
@@ -119,7 +120,7 @@ class throttled : public detail::adaptor_base<Inner> {
   // One request on its way over the link. Done when both the inner tier has finished and the
   // link has carried the last piece (plus latency); an inner failure completes it at once.
   struct transfer {
-    io_promise promise;
+    completion_promise promise;
     std::mutex mutex;
     int dir = 0;
     std::uint64_t tag = 0;
@@ -132,7 +133,7 @@ class throttled : public detail::adaptor_base<Inner> {
     bool failed = false;
   };
 
-  io_future shape(int dir, std::uint64_t bytes, io_future inner) {
+  completion shape(int dir, std::uint64_t bytes, completion inner) {
     auto t = std::make_shared<transfer>();
     {
       std::lock_guard lock(mutex_);
@@ -220,5 +221,8 @@ class throttled : public detail::adaptor_base<Inner> {
   detail::timer_thread timer_;
   detail::inflight_counter inflight_;  // destroyed first: its wait guards the members above
 };
+
+static_assert(tier<throttled<any_tier>>);
+static_assert(tier<throttled<any_tier&>>);
 
 }  // namespace strata

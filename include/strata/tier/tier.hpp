@@ -26,9 +26,10 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/completion.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
-#include "strata/tier/io_future.hpp"
+#include "strata/core/units.hpp"
 
 namespace strata {
 
@@ -55,15 +56,12 @@ struct tier_descriptor {
   bool measured = false;       ///< bandwidths were measured (true) or declared/unknown (false)
 };
 
-/// Capacity value meaning "no budget beyond what the medium has".
-inline constexpr std::uint64_t unlimited_capacity = std::numeric_limits<std::uint64_t>::max();
-
 /// A storage tier; see the contract in this header's comment.
 template <class T>
 concept tier = requires(T& t, const T& ct, std::string_view object, std::uint64_t offset,
                         std::span<std::byte> dst, std::span<const std::byte> src) {
-  { t.write(object, offset, src) } -> std::same_as<io_future>;
-  { t.read(object, offset, dst) } -> std::same_as<io_future>;
+  { t.write(object, offset, src) } -> std::same_as<completion>;
+  { t.read(object, offset, dst) } -> std::same_as<completion>;
   { t.remove(object) } -> std::same_as<bool>;
   { t.flush() } -> std::same_as<void>;
   { ct.size(object) } -> std::same_as<std::optional<std::uint64_t>>;
@@ -75,14 +73,19 @@ concept tier = requires(T& t, const T& ct, std::string_view object, std::uint64_
 
 /// Object names map to file names, so they are restricted to [A-Za-z0-9._-], 1..200 characters,
 /// and may not start with '.' (no hidden files, no "..", no path separators).
-inline void validate_object_name(std::string_view tier_name, std::string_view object) {
+[[nodiscard]] inline bool is_object_name(std::string_view object) noexcept {
   const auto ok = [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
            c == '-';
   };
   bool valid = !object.empty() && object.size() <= 200 && object.front() != '.';
   for (char c : object) valid = valid && ok(c);
-  STRATA_EXPECTS(valid, config_error,
+  return valid;
+}
+
+/// config_error naming the tier when `object` is not a valid object name (see is_object_name).
+inline void validate_object_name(std::string_view tier_name, std::string_view object) {
+  STRATA_EXPECTS(is_object_name(object), config_error,
                  "tier '{}': invalid object name '{}' (use 1-200 of [A-Za-z0-9._-], not starting with '.')",
                  tier_name, object);
 }

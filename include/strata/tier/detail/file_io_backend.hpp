@@ -29,10 +29,10 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/completion.hpp"
 #include "strata/core/config.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/thread_pool.hpp"
-#include "strata/tier/io_future.hpp"
 
 #if STRATA_HAS_URING
 #include <liburing.h>

@@ -17,11 +17,13 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "strata/core/checksum.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/fs.hpp"
 #include "strata/core/node_dir.hpp"
@@ -133,7 +135,7 @@ class node_link final : public link_timeline {
   static constexpr std::uint64_t magic = 0x5354524c4e4b0002ULL;  // layout version 2
   /// The checksum a record of these contents carries.
   [[nodiscard]] static std::uint64_t seal(const record& r) noexcept {
-    return node_checksum(&r, offsetof(record, checksum));
+    return checksum64(std::as_bytes(std::span(reinterpret_cast<const std::byte*>(&r), offsetof(record, checksum))));
   }
 
   explicit node_link(const std::string& name, const std::filesystem::path& directory = {}) {

@@ -45,7 +45,6 @@ struct host_memory_request {
   bool lock = false;  ///< mlock when not pinned
 };
 
-/// The kind a request gets on this machine (pinned needs CUDA and a usable device).
 /// Physical memory of this machine in bytes (0 if the system does not say): what tools compare a
 /// request with before they allocate, so that too large a model is a clear capacity_error
 /// rather than std::bad_alloc or the OOM killer.
@@ -63,6 +62,7 @@ inline void require_physical_memory(std::uint64_t bytes, std::string_view what) 
                          bytes, mem);
 }
 
+/// The kind a request gets on this machine (pinned needs CUDA and a usable device).
 [[nodiscard]] inline host_memory_kind resolve_host_memory(host_memory_request r) noexcept {
   if (r.pinned_if_available && cuda_devices().devices > 0) return host_memory_kind::pinned;
   return r.lock ? host_memory_kind::locked : host_memory_kind::pageable;
@@ -76,7 +76,7 @@ class host_allocation {
   host_allocation() noexcept = default;
   host_allocation(std::size_t bytes, host_memory_kind kind) : kind_(kind) {
     if (bytes == 0) return;
-    const std::size_t padded = (bytes + page - 1) / page * page;
+    const auto padded = static_cast<std::size_t>(round_up(bytes, page));
     void* p = nullptr;
     if (kind == host_memory_kind::pinned) {
 #if STRATA_HAS_CUDA

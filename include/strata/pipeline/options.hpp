@@ -1,0 +1,65 @@
+#pragma once
+/// What a subgroup pipeline is given and what it reports: the objects it moves (one per
+/// subgroup), its depths and sizes, and the statistics of one pass.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
+
+namespace strata {
+
+/// One subgroup as the pipeline stores it: its state object and, optionally, a side object read
+/// into the slot after the state with every read (never written by the pipeline: e.g. fp32
+/// gradients that backward wrote to the tier).
+struct pipeline_object {
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::string aux_name{};
+  std::uint64_t aux_bytes = 0;
+};
+
+/// Depths and sizes of a subgroup_pipeline.
+struct pipeline_options {
+  std::size_t cache_slots = 0;         ///< subgroups the host cache keeps between passes
+  std::size_t prefetch_depth = 2;      ///< subgroups read ahead, per path (0: only the next one)
+  std::size_t write_behind_depth = 2;  ///< writes in flight, per path (at least 1)
+  std::size_t device_depth = 2;        ///< device updates in flight, when the site uses the device
+  std::size_t device_extra_bytes = 0;  ///< device scratch per subgroup beyond its state (the kernel's)
+  bool eager_writes = true;            ///< write cached subgroups the order will evict right after their update
+  std::string trace_prefix = "pipeline";  ///< span names: <prefix>.read_wait, .compute, .write_wait, .device_update
+
+  /// Host slots these options need: the cache, the read-ahead, the writes and the one updating.
+  [[nodiscard]] std::size_t host_slots() const noexcept { return cache_slots + prefetch_depth + write_behind_depth + 1; }
+
+  void validate() const {
+    STRATA_EXPECTS(write_behind_depth >= 1, config_error, "pipeline_options: write_behind_depth must be at least 1");
+    STRATA_EXPECTS(prefetch_depth <= 4096 && write_behind_depth <= 4096 && device_depth <= 4096, config_error,
+                   "pipeline_options: prefetch_depth {}, write_behind_depth {} or device_depth {} above 4096",
+                   prefetch_depth, write_behind_depth, device_depth);
+  }
+};
+
+/// What one pass did. Times are the driving thread's, split by what it waited for (they never
+/// overlap, so they add up to at most total_s).
+struct pass_stats {
+  std::size_t updated = 0;          ///< subgroups whose update committed
+  std::size_t host_updates = 0;
+  std::size_t device_updates = 0;
+  double read_wait_s = 0;           ///< waiting for the state the next update needs
+  double compute_s = 0;             ///< waiting while an update ran and nothing else was needed
+  double kernel_s = 0;              ///< host kernels' own time, summed (they run one at a time)
+  double write_wait_s = 0;          ///< waiting for writes (slots they hold, the end of the pass)
+  double total_s = 0;
+  std::uint64_t cache_hits = 0;
+  std::uint64_t cache_misses = 0;
+  std::uint64_t bytes_read = 0;     ///< state and side objects
+  std::uint64_t bytes_written = 0;
+  std::vector<std::uint64_t> path_read;     ///< per path
+  std::vector<std::uint64_t> path_written;  ///< per path
+};
+
+}  // namespace strata

@@ -1,0 +1,17 @@
+# The layer check fails on an include that points up the order and names the file and line; run
+# by ctest with -DSCRIPT=tools/check-layers.sh -DWORK=<scratch dir>.
+file(REMOVE_RECURSE "${WORK}")
+file(WRITE "${WORK}/strata/core/low.hpp" "#pragma once\n")
+file(WRITE "${WORK}/strata/tier/high.hpp" "#pragma once\n#include \"strata/core/low.hpp\"\n")
+file(WRITE "${WORK}/strata/exec/up.hpp" "#pragma once\n#include \"strata/core/low.hpp\"\n#include \"strata/tier/high.hpp\"\n")
+execute_process(COMMAND bash "${SCRIPT}" "${WORK}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 1 OR NOT out MATCHES "strata/exec/up.hpp:3: exec \\(layer 2\\) includes strata/tier/high.hpp")
+  message(FATAL_ERROR "an upward include was not reported (exit ${rc}):\n${out}")
+endif()
+file(REMOVE "${WORK}/strata/exec/up.hpp")
+execute_process(COMMAND bash "${SCRIPT}" "${WORK}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "a tree whose includes point down was refused (exit ${rc}):\n${out}")
+endif()
+file(REMOVE_RECURSE "${WORK}")
+message(STATUS "check-layers reports an upward include and passes a clean tree")
