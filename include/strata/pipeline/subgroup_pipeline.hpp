@@ -83,6 +83,12 @@ class subgroup_pipeline : private detail::pipeline_core<Exec, Site> {
                     pipeline_options o, any_eviction_policy evict = sweep_aware{}, Site site = Site{},
                     tracer* trace = nullptr)
       : core(any_tier::ref(tier), exec, budget, std::move(objects), std::move(o), std::move(evict), std::move(site), trace) {}
+  /// As above, over a tier given as an any_tier that the pipeline keeps (one that owns its tier,
+  /// or refers to one that outlives the pipeline).
+  subgroup_pipeline(any_tier&& tier, Exec& exec, host_budget& budget, std::vector<pipeline_object> objects,
+                    pipeline_options o, any_eviction_policy evict = sweep_aware{}, Site site = Site{},
+                    tracer* trace = nullptr)
+      : core(std::move(tier), exec, budget, std::move(objects), std::move(o), std::move(evict), std::move(site), trace) {}
   subgroup_pipeline(const subgroup_pipeline&) = delete;
   subgroup_pipeline& operator=(const subgroup_pipeline&) = delete;
 
@@ -220,6 +226,9 @@ class subgroup_pipeline : private detail::pipeline_core<Exec, Site> {
   [[nodiscard]] const pipeline_options& options() const noexcept { return this->opts_; }
   [[nodiscard]] const Site& site() const noexcept { return this->site_; }
   [[nodiscard]] Exec& executor() noexcept { return *this->exec_; }
+  /// The tier, as the pipeline sees it.
+  [[nodiscard]] any_tier& tier() noexcept { return this->tier_; }
+  [[nodiscard]] const any_tier& tier() const noexcept { return this->tier_; }
 
  private:
   [[nodiscard]] bool resident_dirty(std::size_t s) const noexcept {

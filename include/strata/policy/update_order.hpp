@@ -5,12 +5,15 @@
 /// permutation per step given by the user, validated).
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -104,5 +107,37 @@ class custom_order {
   generator generate_;
 };
 static_assert(update_order<custom_order>);
+
+/// Any update order, chosen at run time: shares one immutable copy of the order it was made from
+/// (orders are const: the same step always gives the same order), so copies are cheap. One
+/// virtual call per step. Empty when default-constructed.
+class any_update_order {
+ public:
+  any_update_order() noexcept = default;
+  template <update_order O>
+    requires(!std::same_as<std::remove_cvref_t<O>, any_update_order>)
+  any_update_order(O o)  // NOLINT(google-explicit-constructor): an order is one
+      : impl_(std::make_shared<const model<O>>(std::move(o))) {}
+
+  void order(std::uint64_t step, std::span<std::size_t> out) const {
+    STRATA_EXPECTS(impl_ != nullptr, config_error, "any_update_order: no order was given");
+    impl_->order(step, out);
+  }
+  [[nodiscard]] bool empty() const noexcept { return impl_ == nullptr; }
+
+ private:
+  struct iface {
+    virtual ~iface() = default;
+    virtual void order(std::uint64_t, std::span<std::size_t>) const = 0;
+  };
+  template <class O>
+  struct model final : iface {
+    explicit model(O o) : value(std::move(o)) {}
+    void order(std::uint64_t step, std::span<std::size_t> out) const override { value.order(step, out); }
+    O value;
+  };
+  std::shared_ptr<const iface> impl_;
+};
+static_assert(update_order<any_update_order>);
 
 }  // namespace strata

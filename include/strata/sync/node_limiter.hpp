@@ -191,7 +191,7 @@ class node_limiter {
   // Ticket numbers stay below this (2^63 tickets is centuries at any rate): a header or a file
   // name beyond it is garbage, and counting up can never wrap.
   static constexpr std::uint64_t ticket_limit = std::uint64_t{1} << 63;
-  static constexpr std::uint64_t header_magic = 0x5354524e4c510001ULL;  // "STRNLQ", layout version 1
+  static constexpr std::uint64_t header_magic = 0x5354524e4c510002ULL;  // "STRNLQ", layout version 2 (XXH3)
   static constexpr std::uint64_t ticket_magic = 0x5354524e4c540001ULL;  // "STRNLT", layout version 1
 
   struct ticket {

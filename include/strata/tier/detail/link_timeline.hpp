@@ -132,7 +132,7 @@ class node_link final : public link_timeline {
     std::uint64_t tags;
     std::uint64_t checksum;  // of the bytes before it
   };
-  static constexpr std::uint64_t magic = 0x5354524c4e4b0002ULL;  // layout version 2
+  static constexpr std::uint64_t magic = 0x5354524c4e4b0003ULL;  // layout version 3 (XXH3 seal)
   /// The checksum a record of these contents carries.
   [[nodiscard]] static std::uint64_t seal(const record& r) noexcept {
     return checksum64(std::as_bytes(std::span(reinterpret_cast<const std::byte*>(&r), offsetof(record, checksum))));
