@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev   # tests: parse the Chrome trace JSON that strata writes
   libbenchmark-dev     # benchmarks
   libopenmpi-dev openmpi-bin  # examples/mpi_train and its tests (optional: skipped without MPI)
+  ccache               # compiler cache for strata's own builds (optional: STRATA_COMPILER_CACHE)
 )
 
 missing=()
