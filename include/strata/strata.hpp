@@ -62,7 +62,6 @@
 #include "strata/tier/throttled.hpp"
 #include "strata/tier/throughput_meter.hpp"
 #include "strata/tier/tier.hpp"
-#include "strata/tier/tier_paths.hpp"
 
 #include "strata/policy/any_eviction_policy.hpp"
 #include "strata/policy/belady.hpp"

@@ -212,7 +212,7 @@ STRATA_HOST_DEVICE constexpr void adamw_element(float& p, float& m, float& v, fl
   }
 }
 
-/// One subgroup's buffers, for adamw_step_cpu and executors' enqueue_update (see
+/// One subgroup's buffers, for adamw_step_cpu and enqueue_adamw on an executor (see
 /// adamw_update_cpu for each span's meaning).
 template <gradient_type G, class H = bf16>
   requires is_half_v<H>
