@@ -20,3 +20,17 @@ function(strata_cuda_target target)
   endif()
   strata_warnings(${target})
 endfunction()
+
+# strata_instances(<target>): the target's C++ sources take the common instantiations from one
+# object file (cmake/strata_instances.cpp, STRATA_EXTERN_TEMPLATES in core/config.hpp) instead of
+# compiling them in each translation unit. CUDA sources compile their own.
+function(strata_instances target)
+  if(NOT TARGET strata_instances)
+    add_library(strata_instances OBJECT ${PROJECT_SOURCE_DIR}/cmake/strata_instances.cpp)
+    target_link_libraries(strata_instances PUBLIC strata::strata)
+    target_compile_definitions(strata_instances PRIVATE STRATA_EXTERN_TEMPLATES=1)
+    strata_warnings(strata_instances)
+  endif()
+  target_link_libraries(${target} PRIVATE strata_instances)
+  target_compile_definitions(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:STRATA_EXTERN_TEMPLATES=1>)
+endfunction()

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   for (std::size_t s = 0; s < n / sg; ++s) objects.push_back({"sgd.sg-" + std::to_string(s), sg * 2 * sizeof(float)});
   strata::host_executor<> exec;          // only used by device updates; always_host runs on the CPU
   strata::host_budget budget(16 << 20);  // every host slot comes out of this
-  strata::subgroup_pipeline<strata::host_executor<>, strata::always_host> pipe(
+  strata::subgroup_pipeline<strata::host_executor<>> pipe(
       tier, exec, budget, objects, {.cache_slots = 3, .prefetch_depth = 2, .write_behind_depth = 2}, strata::lru{});
   pipe.initialize([](std::size_t, std::span<std::byte> state) {  // w = 1, m = 0
     const auto f = std::span(reinterpret_cast<float*>(state.data()), state.size() / sizeof(float));

@@ -2,6 +2,6 @@
 #include <strata/pipeline/subgroup_pipeline.hpp>
 struct not_an_executor {};
 int main() {
-  using P = strata::subgroup_pipeline<not_an_executor, strata::always_host>;
+  using P = strata::subgroup_pipeline<not_an_executor>;
   return sizeof(P) > 0 ? 0 : 1;
 }

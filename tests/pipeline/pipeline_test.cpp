@@ -201,7 +201,8 @@ TEST_CASE("device updates overlap the copy of k+1 with the kernel of k, depths s
   po.prefetch_depth = 2;
   po.write_behind_depth = 2;
   po.device_depth = 3;
-  strata::subgroup_pipeline<exec_t, strata::always_device> pipe(tier, exec, budget, float_objects(subgroups, n), po);
+  strata::subgroup_pipeline<exec_t> pipe(tier, exec, budget, float_objects(subgroups, n), po, strata::sweep_aware{},
+                                        strata::always_device{});
   pipe.initialize([](std::size_t s, std::span<std::byte> b) {
     auto* f = reinterpret_cast<float*>(b.data());
     for (std::size_t i = 0; i < b.size() / 4; ++i) f[i] = static_cast<float>(s);
@@ -325,8 +326,8 @@ TEST_CASE("a path whose reads hang does not hold back the other path's read-ahea
   strata::pipeline_options po;
   po.prefetch_depth = 3;
   po.write_behind_depth = 3;
-  strata::subgroup_pipeline<strata::host_executor<>, strata::always_host> pipe(
-      tier, exec, budget, float_objects(subgroups, n), po, strata::lru{});
+  strata::subgroup_pipeline<strata::host_executor<>> pipe(tier, exec, budget, float_objects(subgroups, n), po,
+                                                          strata::lru{});
   pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
   // Placement 1:1 from subgroup 0: even subgroups on "stuck", odd on "free".
   stuck.close();
@@ -352,8 +353,7 @@ TEST_CASE("eager writes: cached subgroups the order will evict are written befor
     strata::pipeline_options po;
     po.cache_slots = 4;
     po.eager_writes = eager;
-    strata::subgroup_pipeline<strata::host_executor<>, strata::always_host> pipe(t, exec, budget,
-                                                                                float_objects(subgroups, n), po);
+    strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(subgroups, n), po);
     pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
     add_one_kernel<strata::host_executor<>> k0;
     auto o0 = strata::order_of(strata::alternating{}, 0, subgroups), o1 = strata::order_of(strata::alternating{}, 1, subgroups);
@@ -395,7 +395,7 @@ TEST_CASE("a failed copy or kernel leaves each subgroup at the old or the new st
       strata::host_budget budget(strata::unlimited_capacity);
       strata::pipeline_options po;
       po.cache_slots = 2;
-      strata::subgroup_pipeline<strata::host_executor<S>, strata::alternating_site> pipe(
+      strata::subgroup_pipeline<strata::host_executor<S>> pipe(
           t, exec, budget, float_objects(subgroups, n), po, strata::sweep_aware{}, strata::alternating_site{1, 2});
       pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
       target->inject({.op = role == strata::stream_role::compute ? std::optional(strata::stream_op::task)
@@ -435,15 +435,15 @@ TEST_CASE("a pass refuses a subgroup listed twice, and a device site needs a dev
   strata::host_tier t(strata::host_tier_options{.name = "t"});
   strata::host_executor<> exec;
   strata::host_budget budget(strata::unlimited_capacity);
-  strata::subgroup_pipeline<strata::host_executor<>, strata::always_host> pipe(t, exec, budget, float_objects(3, 16),
-                                                                              strata::pipeline_options{}, strata::lru{});
+  strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(3, 16),
+                                                          strata::pipeline_options{}, strata::lru{});
   pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
   add_one_kernel<strata::host_executor<>> k;
   const std::vector<std::size_t> order{0, 1, 2};
   CHECK_THROWS_AS(pipe.run(order, {}, std::vector<std::size_t>{0, 0}, 0, k), strata::config_error);  // twice
-  using device_pipeline =
-      strata::subgroup_pipeline<strata::host_executor<>, strata::always_device>;
-  CHECK_THROWS_AS(device_pipeline(t, exec, budget, float_objects(3, 16), strata::pipeline_options{.device_depth = 0}),
+  CHECK_THROWS_AS(strata::subgroup_pipeline<strata::host_executor<>>(t, exec, budget, float_objects(3, 16),
+                                                                      strata::pipeline_options{.device_depth = 0},
+                                                                      strata::lru{}, strata::always_device{}),
                   strata::config_error);
   const auto st = pipe.run(order, {}, order, 0, k);
   CHECK(st.updated == 3);
@@ -462,8 +462,8 @@ TEST_CASE("cached subgroups an lru cache evicts before their update give their s
     po.cache_slots = cache;
     po.prefetch_depth = 0;
     po.write_behind_depth = 1;
-    strata::subgroup_pipeline<strata::host_executor<>, strata::always_host> pipe(
-        t, exec, budget, float_objects(subgroups, n), po, strata::lru{});
+    strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(subgroups, n), po,
+                                                            strata::lru{});
     pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
     const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
     for (std::uint64_t step = 0; step < 4; ++step) {

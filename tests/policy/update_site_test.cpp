@@ -44,11 +44,19 @@ struct cost_model_no_device_fixture {
     return strata::cost_model_site(m, 100, 1'000'000);
   }
 };
+// Any site, erased: what the pipeline holds.
+struct any_update_site_fixture {
+  static strata::any_update_site make() { return strata::alternating_site{1, 2}; }
+};
+struct default_any_update_site_fixture {  // empty: always_host
+  static strata::any_update_site make() { return {}; }
+};
 }  // namespace
 
 #define STRATA_UPDATE_SITES                                                                                   \
   always_host_fixture, always_device_fixture, alternating_site_fixture, host_only_alternating_fixture,      \
-      fraction_site_fixture, no_share_fixture, cost_model_site_fixture, cost_model_no_device_fixture
+      fraction_site_fixture, no_share_fixture, cost_model_site_fixture, cost_model_no_device_fixture,              \
+      any_update_site_fixture, default_any_update_site_fixture
 
 TEST_CASE_TEMPLATE("a site that never uses the device never chooses it; one that does, does in a long step", F,
                    STRATA_UPDATE_SITES) {
@@ -75,4 +83,15 @@ TEST_CASE_TEMPLATE("a site gives the same answer for the same position, subgroup
 
 static_assert(strata::update_site<strata::always_host> && strata::update_site<strata::always_device> &&
               strata::update_site<strata::alternating_site> && strata::update_site<strata::fraction_site> &&
-              strata::update_site<strata::cost_model_site>);
+              strata::update_site<strata::cost_model_site> && strata::update_site<strata::any_update_site>);
+
+TEST_CASE("an any_update_site answers as the site it holds, which target() recovers") {
+  const strata::any_update_site site = strata::alternating_site{1, 2};
+  REQUIRE(site.target<strata::alternating_site>() != nullptr);
+  CHECK(site.target<strata::alternating_site>()->k_device == 2);
+  CHECK(site.target<strata::always_host>() == nullptr);
+  CHECK(site.site(0, 0, 0) == strata::site_kind::host);
+  CHECK(site.site(1, 1, 0) == strata::site_kind::device);
+  CHECK(site.uses_device());
+  CHECK_FALSE(strata::any_update_site{}.uses_device());
+}

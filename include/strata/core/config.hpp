@@ -10,6 +10,14 @@
 #define STRATA_HAS_URING 0
 #endif
 
+/// 1: the most common instantiations (the AdamW CPU kernels, offloaded_adamw's step on
+/// host_executor<>) are declared `extern template`, so a translation unit that uses them does not
+/// compile them again; one translation unit of the program must then define them (strata's own
+/// tests, examples and benchmarks link cmake/strata_instances.cpp). 0 (the default): header-only.
+#ifndef STRATA_EXTERN_TEMPLATES
+#define STRATA_EXTERN_TEMPLATES 0
+#endif
+
 #if defined(__CUDACC__)
 #define STRATA_HOST_DEVICE __host__ __device__
 #else

@@ -7,9 +7,9 @@
 /// sizes), gradient_intake (gradients handed over by backward), subgroup_pipeline (reads, updates
 /// on the host or the device, writes, the host cache), adamw_subgroup_kernel (the update of one
 /// subgroup) and the checkpoint files (offload/checkpoint.hpp). Build your own optimizer from
-/// those parts when this one does not fit. The machinery is detail::offload_core<Exec, Site>,
-/// which takes the tier, order and eviction policy type-erased (compiled once per executor and
-/// site); this class adds the typed constructors, load() and tier().
+/// those parts when this one does not fit. The machinery is detail::offload_core<Exec>, which
+/// takes the tier, order, eviction policy and update site type-erased (compiled once per
+/// executor); this class adds the typed constructors, load() and tier().
 ///
 /// Layout. The parameters are split into subgroups of `subgroup_elems` (the last may be shorter).
 /// Each subgroup's state is ONE tier object, "<prefix>.sg-<i>", holding its arrays back to back
@@ -91,13 +91,14 @@ namespace strata {
 /// owned: it must outlive the optimizer.
 template <tier Tier = dynamic_multipath<bandwidth_proportional>, eviction_policy Evict = sweep_aware,
           update_order Order = alternating, executor Exec = host_executor<>, update_site Site = always_host>
-class offloaded_adamw : public detail::offload_core<Exec, Site> {
-  using core = detail::offload_core<Exec, Site>;
+class offloaded_adamw : public detail::offload_core<Exec> {
+  using core = detail::offload_core<Exec>;
 
  public:
   using tier_type = Tier;
   using eviction_type = Evict;
   using order_type = Order;
+  using site_type = Site;
 
   /// Partitions `params` (the initial fp32 weights) into subgroups, zeroes the moments and writes
   /// every subgroup's state to `tier`, replacing objects of its names that a killed or earlier
@@ -161,7 +162,7 @@ class offloaded_adamw : public detail::offload_core<Exec, Site> {
   offloaded_adamw(Tier& tier, Exec* exec, std::size_t params, adamw_options options, offload_options offload,
                   Order order, Evict evict, Site site, tracer* trace)
       : core(any_tier::ref(tier), &tier, exec, params, options, std::move(offload), any_update_order(std::move(order)),
-             any_eviction_policy(std::move(evict)), std::move(site), trace),
+             any_eviction_policy(std::move(evict)), any_update_site(std::move(site)), trace),
         tier_(&tier) {}
 
   static offloaded_adamw load_impl(const std::filesystem::path& dir, Tier& tier, Exec* exec, offload_options offload,

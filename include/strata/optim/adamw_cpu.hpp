@@ -15,6 +15,7 @@
 #include <span>
 #include <type_traits>
 
+#include "strata/core/config.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
@@ -176,5 +177,19 @@ adamw_step_report adamw_step_cpu(std::span<const adamw_group<G, H>> groups, cons
   ++step;
   return report;
 }
+
+/// The gradient and model-copy types strata's steps use, as X(G, H) for each pair.
+#define STRATA_ADAMW_TYPE_PAIRS(X) \
+  X(float, bf16) X(bf16, bf16) X(fp16, fp16) X(float, fp16) X(bf16, fp16) X(fp16, bf16)
+
+#if STRATA_EXTERN_TEMPLATES
+// Compiled once, in cmake/strata_instances.cpp (see STRATA_EXTERN_TEMPLATES in core/config.hpp).
+#define STRATA_ADAMW_UPDATE_CPU(G, H)                                                                         \
+  extern template void adamw_update_cpu<G, H>(std::span<float>, std::span<float>, std::span<float>,           \
+                                              std::span<float>, std::span<const G>, std::span<H>,             \
+                                              const adamw_step_params&, thread_pool*, std::size_t, cpu_isa);
+STRATA_ADAMW_TYPE_PAIRS(STRATA_ADAMW_UPDATE_CPU)
+#undef STRATA_ADAMW_UPDATE_CPU
+#endif
 
 }  // namespace strata

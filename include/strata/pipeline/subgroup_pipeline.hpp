@@ -23,8 +23,9 @@
 ///
 /// This class decides what happens when (the passes and their scheduling); how one subgroup
 /// moves (read, update, commit, write, completions) is pipeline/detail/pipeline_core.hpp. The
-/// tier and the cache policy are taken type-erased (any_tier, any_eviction_policy), so the
-/// pipeline is compiled once per executor and site, whatever the tier stack.
+/// tier, the cache policy and the update site are taken type-erased (any_tier,
+/// any_eviction_policy, any_update_site), so the pipeline is compiled once per executor, whatever
+/// the tier stack and the policies.
 ///
 /// Commit. A subgroup's update commits at its last event (host: the kernel returned; device: the
 /// copy back completed) and only then does the pipeline call `kernel.committed(s)`, mark the state
@@ -64,29 +65,29 @@
 
 namespace strata {
 
-/// The pipeline over executor `Exec` and update site policy `Site`; see the file comment.
-template <executor Exec, update_site Site>
-class subgroup_pipeline : private detail::pipeline_core<Exec, Site> {
-  using core = detail::pipeline_core<Exec, Site>;
+/// The pipeline over executor `Exec`; see the file comment.
+template <executor Exec>
+class subgroup_pipeline : private detail::pipeline_core<Exec> {
+  using core = detail::pipeline_core<Exec>;
   using typename core::kernel_type;
   using core::npos;
 
  public:
   using executor_type = Exec;
-  using site_type = Site;
 
   /// Allocates every slot now (from `budget`, which must outlive the pipeline, and from `exec`);
   /// writes nothing. `tier` (any tier, or an any_tier that owns or refers to one) and `exec` must
-  /// outlive the pipeline; `evict` ranks the host cache.
+  /// outlive the pipeline; `evict` ranks the host cache; `site` says where each update runs
+  /// (always_host by default: the executor is then used for nothing).
   template <tier Tier>
   subgroup_pipeline(Tier& tier, Exec& exec, host_budget& budget, std::vector<pipeline_object> objects,
-                    pipeline_options o, any_eviction_policy evict = sweep_aware{}, Site site = Site{},
+                    pipeline_options o, any_eviction_policy evict = sweep_aware{}, any_update_site site = {},
                     tracer* trace = nullptr)
       : core(any_tier::ref(tier), exec, budget, std::move(objects), std::move(o), std::move(evict), std::move(site), trace) {}
   /// As above, over a tier given as an any_tier that the pipeline keeps (one that owns its tier,
   /// or refers to one that outlives the pipeline).
   subgroup_pipeline(any_tier&& tier, Exec& exec, host_budget& budget, std::vector<pipeline_object> objects,
-                    pipeline_options o, any_eviction_policy evict = sweep_aware{}, Site site = Site{},
+                    pipeline_options o, any_eviction_policy evict = sweep_aware{}, any_update_site site = {},
                     tracer* trace = nullptr)
       : core(std::move(tier), exec, budget, std::move(objects), std::move(o), std::move(evict), std::move(site), trace) {}
   subgroup_pipeline(const subgroup_pipeline&) = delete;
@@ -224,7 +225,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec, Site> {
   void refresh_paths() { this->paths_ = this->tier_.path_descriptors(); }
   [[nodiscard]] const slot_pool<Exec>& slots() const noexcept { return this->pool_; }
   [[nodiscard]] const pipeline_options& options() const noexcept { return this->opts_; }
-  [[nodiscard]] const Site& site() const noexcept { return this->site_; }
+  [[nodiscard]] const any_update_site& site() const noexcept { return this->site_; }
   [[nodiscard]] Exec& executor() noexcept { return *this->exec_; }
   /// The tier, as the pipeline sees it.
   [[nodiscard]] any_tier& tier() noexcept { return this->tier_; }

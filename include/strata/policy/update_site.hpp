@@ -4,13 +4,17 @@
 /// updates it there and it is copied back (Deep Optimizer States runs every other subgroup on the
 /// GPU so that the CPU and the GPU work at once). A site is asked per subgroup, with the
 /// subgroup's position in the step's order, so fixed patterns are easy to express; a cost model
-/// can be one too.
+/// can be one too. any_update_site holds any of them (what the subgroup pipeline takes).
 
 #include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
 
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
@@ -85,5 +89,49 @@ struct fraction_site {
   }
 };
 static_assert(update_site<fraction_site>);
+
+/// Any update site, chosen at run time: it shares one copy of the site it was made from (sites
+/// are asked through const members; a cost_model_site's copies share their model anyway), so
+/// copies are cheap. One virtual call per subgroup. Default: always_host.
+class any_update_site {
+ public:
+  any_update_site() : any_update_site(always_host{}) {}
+  template <update_site S>
+    requires(!std::same_as<std::remove_cvref_t<S>, any_update_site>)
+  any_update_site(S s)  // NOLINT(google-explicit-constructor): a site is one
+      : impl_(std::make_shared<const model<S>>(std::move(s))) {}
+
+  [[nodiscard]] site_kind site(std::size_t position, std::size_t subgroup, std::uint64_t step) const {
+    return impl_->site(position, subgroup, step);
+  }
+  [[nodiscard]] bool uses_device() const { return impl_->uses_device(); }
+  /// The site if it is an S, else null.
+  template <update_site S>
+  [[nodiscard]] const S* target() const noexcept {
+    return static_cast<const S*>(impl_->target(typeid(S)));
+  }
+
+ private:
+  struct iface {
+    virtual ~iface() = default;
+    [[nodiscard]] virtual site_kind site(std::size_t, std::size_t, std::uint64_t) const = 0;
+    [[nodiscard]] virtual bool uses_device() const = 0;
+    [[nodiscard]] virtual const void* target(const std::type_info&) const noexcept = 0;
+  };
+  template <class S>
+  struct model final : iface {
+    explicit model(S s) : value(std::move(s)) {}
+    [[nodiscard]] site_kind site(std::size_t p, std::size_t s, std::uint64_t step) const override {
+      return value.site(p, s, step);
+    }
+    [[nodiscard]] bool uses_device() const override { return value.uses_device(); }
+    [[nodiscard]] const void* target(const std::type_info& ti) const noexcept override {
+      return ti == typeid(S) ? static_cast<const void*>(&value) : nullptr;
+    }
+    S value;
+  };
+  std::shared_ptr<const iface> impl_;
+};
+static_assert(update_site<any_update_site>);
 
 }  // namespace strata

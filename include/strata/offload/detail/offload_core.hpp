@@ -1,7 +1,8 @@
 #pragma once
-/// offload_core<Exec, Site>: everything offloaded_adamw does, with the tier, the update order and
-/// the eviction policy taken at run time (any_tier, any_update_order, any_eviction_policy), so it
-/// is compiled once per executor and site rather than once per tier stack, order and policy.
+/// offload_core<Exec>: everything offloaded_adamw does, with the tier, the update order, the
+/// eviction policy and the update site taken at run time (any_tier, any_update_order,
+/// any_eviction_policy, any_update_site), so it is compiled once per executor rather than once per
+/// tier stack and policy.
 /// offloaded_adamw (offload/offloaded_adamw.hpp) is the typed facade users construct; see its
 /// file comment for the contract of every member.
 
@@ -26,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "strata/core/budget.hpp"
+#include "strata/core/config.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
@@ -34,6 +36,7 @@
 #include "strata/core/units.hpp"
 #include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
+#include "strata/exec/host_executor.hpp"
 #include "strata/offload/adamw_subgroup_kernel.hpp"
 #include "strata/offload/checkpoint.hpp"
 #include "strata/offload/checkpoint_manifest.hpp"
@@ -55,12 +58,11 @@
 
 namespace strata::detail {
 
-template <executor Exec, update_site Site>
+template <executor Exec>
 class offload_core {
  public:
   using executor_type = Exec;
-  using site_type = Site;
-  using pipeline_type = subgroup_pipeline<Exec, Site>;
+  using pipeline_type = subgroup_pipeline<Exec>;
   /// An event of the executor's streams (what accept_gradients from device memory waits for).
   using event_type = typename Exec::stream_type::event_type;
 
@@ -325,7 +327,7 @@ class offload_core {
     host_buffer model_staging;  // host side of a model copy in device memory
 
     parts(any_tier t, Exec* exec, std::unique_ptr<Exec> owned, const offload_layout& layout,
-          const offload_options& off, any_eviction_policy evict, Site site, tracer* trace)
+          const offload_options& off, any_eviction_policy evict, any_update_site site, tracer* trace)
         : owned_exec(std::move(owned)),
           exec_ref(&exec_of(exec)),
           budget(off.host_memory_budget, exec_of(exec).staging()),
@@ -350,7 +352,8 @@ class offload_core {
 
   // The common constructor: validates, sizes and allocates; writes nothing.
   offload_core(any_tier tier, const void* identity, Exec* exec, std::size_t params, adamw_options options,
-               offload_options offload, any_update_order order, any_eviction_policy evict, Site site, tracer* trace)
+               offload_options offload, any_update_order order, any_eviction_policy evict, any_update_site site,
+               tracer* trace)
       : options_(options),
         offload_(std::move(offload)),
         order_(std::move(order)),
@@ -624,80 +627,11 @@ class offload_core {
   }
 
   // `norms` holds every subgroup's gradient sums when tracks_norm() (a retried step reuses the
-  // decision its first attempt made, so the subgroups updated then and now agree).
+  // decision its first attempt made, so the subgroups updated then and now agree). Defined out of
+  // the class (not inline), so that an extern template declaration suppresses it (see below).
   template <class G, class H>
   offload_step_stats run_step(double lr, model_copy<H> model, gradient_source<G> grads_of,
-                              const grad_norm_accumulator& norms) {
-    land_device_gradients();  // (no-op when none are in flight) before the intake may be reset
-    trace_span step_span(tracer_, "offload.step");
-    if (!partial_) {
-      decision_ = step_decision{};
-      if (tracks_norm()) {
-        STRATA_ASSERT(norms.subgroups() == layout_.subgroups());
-        decision_ = decide_step(norms, offload_.max_grad_norm > 0 ? std::optional<double>(offload_.max_grad_norm)
-                                                                  : std::nullopt);
-      }
-      if (decision_.skip) return skip_step(norms);
-    }
-    const adamw_step_params k = make_adamw_step_params(options_, static_cast<std::int64_t>(step_count_) + 1, lr,
-                                                       scaler_.inv_scale(), decision_.clip);
-    const std::size_t n = layout_.subgroups();
-    const auto order = order_of(order_, step_count_, n);
-    const auto next = order_of(order_, step_count_ + 1, n);
-    check_permutation(order, n, step_count_, "offloaded_adamw");
-    std::vector<std::size_t> todo;
-    for (const std::size_t s : order)
-      if (version_[s] == step_count_) todo.push_back(s);
-    partial_ = true;
-    partial_lr_ = lr;
-
-    adamw_subgroup_kernel<Exec, G, H, gradient_source<G>, count_version> kernel(
-        layout_, k, grads_of, model, s_->pool.get(), count_version{&version_}, s_->exec_ref);
-    const pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);
-    ++step_count_;
-    partial_ = false;
-    std::exception_ptr model_copy_failed;  // the step is complete either way
-    if (!model.device.empty()) {
-      try {
-        s_->exec_ref->h2d().sync();
-      } catch (...) {
-        model_copy_failed = std::current_exception();
-      }
-    }
-
-    offload_step_stats st;
-    st.step = step_count_;
-    if (tracks_norm()) st.grad_norm = decision_.grad_norm;
-    st.clip = decision_.clip;
-    st.loss_scale = scaler_.scale();
-    finish_gradients(false);
-    st.subgroups = ps.updated;
-    st.device_updates = ps.device_updates;
-    st.read_wait_s = ps.read_wait_s;
-    st.compute_s = ps.compute_s;
-    st.kernel_s = ps.kernel_s;
-    st.write_wait_s = ps.write_wait_s;
-    st.total_s = ps.total_s;
-    st.cache_hits = ps.cache_hits;
-    st.cache_misses = ps.cache_misses;
-    st.bytes_read = ps.bytes_read;
-    st.bytes_written = ps.bytes_written;
-    auto& pipe = s_->pipeline;
-    pipe.refresh_paths();
-    for (std::size_t i = 0; i < pipe.path_count(); ++i) {
-      const auto& d = pipe.paths()[i];
-      st.paths.push_back({d.name, d.read_bandwidth, d.write_bandwidth, ps.path_read[i], ps.path_written[i]});
-    }
-    st.compute_bound();
-    totals_.cache_hits += st.cache_hits;
-    totals_.cache_misses += st.cache_misses;
-    totals_.bytes_read += st.bytes_read;
-    totals_.bytes_written += st.bytes_written;
-    totals_.steps = step_count_;
-    totals_.last = st;
-    if (model_copy_failed) std::rethrow_exception(model_copy_failed);
-    return st;
-  }
+                              const grad_norm_accumulator& norms);
 
   adamw_options options_;
   offload_options offload_;
@@ -716,4 +650,91 @@ class offload_core {
   offload_stats totals_;
 };
 
+template <executor Exec>
+template <class G, class H>
+offload_step_stats offload_core<Exec>::run_step(double lr, model_copy<H> model, gradient_source<G> grads_of,
+                                               const grad_norm_accumulator& norms) {
+  land_device_gradients();  // (no-op when none are in flight) before the intake may be reset
+  trace_span step_span(tracer_, "offload.step");
+  if (!partial_) {
+    decision_ = step_decision{};
+    if (tracks_norm()) {
+      STRATA_ASSERT(norms.subgroups() == layout_.subgroups());
+      decision_ = decide_step(norms, offload_.max_grad_norm > 0 ? std::optional<double>(offload_.max_grad_norm)
+                                                                : std::nullopt);
+    }
+    if (decision_.skip) return skip_step(norms);
+  }
+  const adamw_step_params k = make_adamw_step_params(options_, static_cast<std::int64_t>(step_count_) + 1, lr,
+                                                     scaler_.inv_scale(), decision_.clip);
+  const std::size_t n = layout_.subgroups();
+  const auto order = order_of(order_, step_count_, n);
+  const auto next = order_of(order_, step_count_ + 1, n);
+  check_permutation(order, n, step_count_, "offloaded_adamw");
+  std::vector<std::size_t> todo;
+  for (const std::size_t s : order)
+    if (version_[s] == step_count_) todo.push_back(s);
+  partial_ = true;
+  partial_lr_ = lr;
+
+  adamw_subgroup_kernel<Exec, G, H, gradient_source<G>, count_version> kernel(
+      layout_, k, grads_of, model, s_->pool.get(), count_version{&version_}, s_->exec_ref);
+  const pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);
+  ++step_count_;
+  partial_ = false;
+  std::exception_ptr model_copy_failed;  // the step is complete either way
+  if (!model.device.empty()) {
+    try {
+      s_->exec_ref->h2d().sync();
+    } catch (...) {
+      model_copy_failed = std::current_exception();
+    }
+  }
+
+  offload_step_stats st;
+  st.step = step_count_;
+  if (tracks_norm()) st.grad_norm = decision_.grad_norm;
+  st.clip = decision_.clip;
+  st.loss_scale = scaler_.scale();
+  finish_gradients(false);
+  st.subgroups = ps.updated;
+  st.device_updates = ps.device_updates;
+  st.read_wait_s = ps.read_wait_s;
+  st.compute_s = ps.compute_s;
+  st.kernel_s = ps.kernel_s;
+  st.write_wait_s = ps.write_wait_s;
+  st.total_s = ps.total_s;
+  st.cache_hits = ps.cache_hits;
+  st.cache_misses = ps.cache_misses;
+  st.bytes_read = ps.bytes_read;
+  st.bytes_written = ps.bytes_written;
+  auto& pipe = s_->pipeline;
+  pipe.refresh_paths();
+  for (std::size_t i = 0; i < pipe.path_count(); ++i) {
+    const auto& d = pipe.paths()[i];
+    st.paths.push_back({d.name, d.read_bandwidth, d.write_bandwidth, ps.path_read[i], ps.path_written[i]});
+  }
+  st.compute_bound();
+  totals_.cache_hits += st.cache_hits;
+  totals_.cache_misses += st.cache_misses;
+  totals_.bytes_read += st.bytes_read;
+  totals_.bytes_written += st.bytes_written;
+  totals_.steps = step_count_;
+  totals_.last = st;
+  if (model_copy_failed) std::rethrow_exception(model_copy_failed);
+  return st;
+}
+
 }  // namespace strata::detail
+
+#if STRATA_EXTERN_TEMPLATES
+// The step of an optimizer on host_executor<> is compiled once, in cmake/strata_instances.cpp
+// (see STRATA_EXTERN_TEMPLATES in core/config.hpp), not in every translation unit that steps one.
+namespace strata::detail {
+#define STRATA_OFFLOAD_RUN_STEP(G, H)                                                                 \
+  extern template offload_step_stats offload_core<host_executor<>>::run_step<G, H>(                   \
+      double, model_copy<H>, offload_core<host_executor<>>::gradient_source<G>, const grad_norm_accumulator&);
+STRATA_ADAMW_TYPE_PAIRS(STRATA_OFFLOAD_RUN_STEP)
+#undef STRATA_OFFLOAD_RUN_STEP
+}  // namespace strata::detail
+#endif

@@ -4,8 +4,8 @@
 /// the cache or queued for writing), written behind, and each completion handled on the driving
 /// thread (run_loop). subgroup_pipeline (pipeline/subgroup_pipeline.hpp) decides what happens
 /// when (the passes and their scheduling) and calls these; pipeline_state holds the bookkeeping.
-/// The tier, the cache policy and the kernel are type-erased (any_tier, any_eviction_policy,
-/// kernel_ref), so this is compiled once per executor and site.
+/// The tier, the cache policy, the site and the kernel are type-erased (any_tier,
+/// any_eviction_policy, any_update_site, kernel_ref), so this is compiled once per executor.
 
 #include <algorithm>
 #include <cstddef>
@@ -29,10 +29,10 @@
 
 namespace strata::detail {
 
-template <executor Exec, update_site Site>
-class pipeline_core : protected pipeline_state<Exec, Site> {
+template <executor Exec>
+class pipeline_core : protected pipeline_state<Exec> {
  protected:
-  using base = pipeline_state<Exec, Site>;
+  using base = pipeline_state<Exec>;
   using typename base::kernel_type;
   using typename base::message;
   using typename base::msg_kind;

@@ -41,7 +41,7 @@
 
 namespace strata::detail {
 
-template <executor Exec, update_site Site>
+template <executor Exec>
 class pipeline_state {
  protected:
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
@@ -50,7 +50,7 @@ class pipeline_state {
   using kernel_type = kernel_ref<Exec>;
 
   pipeline_state(any_tier tier, Exec& exec, host_budget& budget, std::vector<pipeline_object> objects,
-                pipeline_options o, any_eviction_policy evict, Site site, tracer* trace)
+                pipeline_options o, any_eviction_policy evict, any_update_site site, tracer* trace)
       : tier_(std::move(tier)),
         exec_(&exec),
         objects_(std::move(objects)),
@@ -226,7 +226,7 @@ class pipeline_state {
   }
 
   static slot_pool_options pool_options(const std::vector<pipeline_object>& objects, const pipeline_options& o,
-                                        const Site& site) {
+                                        const any_update_site& site) {
     slot_pool_options p;
     p.host_slots = o.host_slots();
     std::uint64_t slot = 0, state = 0;
@@ -255,7 +255,7 @@ class pipeline_state {
   Exec* exec_;
   std::vector<pipeline_object> objects_;
   pipeline_options opts_;
-  Site site_;
+  any_update_site site_;
   tracer* tracer_;
   slot_pool<Exec> pool_;
   std::vector<record> recs_;
