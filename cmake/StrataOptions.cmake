@@ -29,13 +29,14 @@ strata_tristate(STRATA_ENABLE_URING "Use liburing for the io_uring file backend"
 # A compiler cache for strata's own build (tests, examples, benchmarks): AUTO uses ccache when it
 # is installed, unless a launcher is already set. A fresh clone elsewhere on the machine hits the
 # same cache: paths under the source tree are hashed relative to it, and the build directory is
-# left out of the hash.
+# left out of the hash. Depend mode takes the headers from the compiler's own -MD output, so a
+# miss costs no extra preprocessor run.
 strata_tristate(STRATA_COMPILER_CACHE "Compile through ccache when it is installed")
 if(PROJECT_IS_TOP_LEVEL AND NOT STRATA_COMPILER_CACHE_MODE STREQUAL "OFF")
   find_program(STRATA_CCACHE_PROGRAM ccache)
   if(STRATA_CCACHE_PROGRAM)
     set(_strata_launcher ${CMAKE_COMMAND} -E env CCACHE_BASEDIR=${PROJECT_SOURCE_DIR} CCACHE_NOHASHDIR=true
-                         ${STRATA_CCACHE_PROGRAM})
+                         CCACHE_DEPEND=true ${STRATA_CCACHE_PROGRAM})
     foreach(_lang IN ITEMS CXX CUDA)
       if(NOT CMAKE_${_lang}_COMPILER_LAUNCHER)
         set(CMAKE_${_lang}_COMPILER_LAUNCHER ${_strata_launcher})

@@ -1,10 +1,13 @@
 // The instantiations that strata's headers declare `extern template` when STRATA_EXTERN_TEMPLATES
 // is 1 (core/config.hpp), defined once. strata's own tests, examples and benchmarks link this file
 // (strata_instances in cmake/StrataTargetOptions.cmake) so that each of their translation units
-// does not compile the AdamW CPU kernels and the host optimizer's step again. Consumers of the
-// header-only library need none of it.
+// does not compile them again: the AdamW CPU kernels, the pipeline and the optimizer on
+// host_executor<>, the default tier stacks and the run-time optimizers of the presets. Consumers
+// of the header-only library need none of it.
+#include <strata/offload/make_offloaded_adamw.hpp>
 #include <strata/offload/offloaded_adamw.hpp>
 #include <strata/optim/adamw_cpu.hpp>
+#include <strata/pipeline/subgroup_pipeline.hpp>
 
 namespace strata {
 #define STRATA_ADAMW_UPDATE_CPU(G, H)                                                                    \
@@ -13,9 +16,25 @@ namespace strata {
                                        std::size_t, cpu_isa);
 STRATA_ADAMW_TYPE_PAIRS(STRATA_ADAMW_UPDATE_CPU)
 #undef STRATA_ADAMW_UPDATE_CPU
+
+template class detail::pipeline_state<host_executor<>>;
+template class detail::pipeline_core<host_executor<>>;
+template class subgroup_pipeline<host_executor<>>;
+
+template class detail::multipath_core<bandwidth_proportional, dynamic_multipath<bandwidth_proportional>>;
+template class dynamic_multipath<bandwidth_proportional>;
+template class detail::multipath_core<fixed_ratio, dynamic_multipath<fixed_ratio>>;
+template class dynamic_multipath<fixed_ratio>;
+template class throttled<any_tier>;
+template class limited<any_tier, node_limiter>;
+template class checksummed<any_tier>;
+template class detail::runtime_offloaded_adamw<presets::zero_infinity, bandwidth_proportional>;
+template class detail::runtime_offloaded_adamw<presets::mlp_offload, fixed_ratio>;
+template class detail::runtime_offloaded_adamw<presets::strata_preset, bandwidth_proportional>;
 }  // namespace strata
 
 namespace strata::detail {
+template class offload_core<host_executor<>>;
 #define STRATA_OFFLOAD_RUN_STEP(G, H)                                                          \
   template offload_step_stats offload_core<host_executor<>>::run_step<G, H>(                   \
       double, model_copy<H>, offload_core<host_executor<>>::gradient_source<G>, const grad_norm_accumulator&);

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/config.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
@@ -281,3 +282,18 @@ std::unique_ptr<any_offloaded_adamw> make_runtime(offloaded_adamw_config c, Buil
 }
 
 }  // namespace strata
+
+#if STRATA_EXTERN_TEMPLATES
+// The run-time optimizers of the three presets and the layers of their paths, compiled once in
+// cmake/strata_instances.cpp (see STRATA_EXTERN_TEMPLATES in core/config.hpp).
+namespace strata {
+extern template class detail::multipath_core<fixed_ratio, dynamic_multipath<fixed_ratio>>;
+extern template class dynamic_multipath<fixed_ratio>;
+extern template class throttled<any_tier>;
+extern template class limited<any_tier, node_limiter>;
+extern template class checksummed<any_tier>;
+extern template class detail::runtime_offloaded_adamw<presets::zero_infinity, bandwidth_proportional>;
+extern template class detail::runtime_offloaded_adamw<presets::mlp_offload, fixed_ratio>;
+extern template class detail::runtime_offloaded_adamw<presets::strata_preset, bandwidth_proportional>;
+}  // namespace strata
+#endif

@@ -68,6 +68,7 @@
 #include <span>
 #include <utility>
 
+#include "strata/core/config.hpp"
 #include "strata/core/trace.hpp"
 #include "strata/exec/executor.hpp"
 #include "strata/exec/host_executor.hpp"
@@ -179,3 +180,11 @@ class offloaded_adamw : public detail::offload_core<Exec> {
 };
 
 }  // namespace strata
+
+#if STRATA_EXTERN_TEMPLATES
+// The default tier stack, compiled once in cmake/strata_instances.cpp (core/config.hpp).
+namespace strata {
+extern template class detail::multipath_core<bandwidth_proportional, dynamic_multipath<bandwidth_proportional>>;
+extern template class dynamic_multipath<bandwidth_proportional>;
+}  // namespace strata
+#endif

@@ -48,10 +48,12 @@
 #include <vector>
 
 #include "strata/core/budget.hpp"
+#include "strata/core/config.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/trace.hpp"
 #include "strata/exec/executor.hpp"
+#include "strata/exec/host_executor.hpp"
 #include "strata/pipeline/detail/pipeline_core.hpp"
 #include "strata/pipeline/kernel.hpp"
 #include "strata/pipeline/options.hpp"
@@ -366,3 +368,12 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
 };
 
 }  // namespace strata
+
+#if STRATA_EXTERN_TEMPLATES
+// Compiled once, in cmake/strata_instances.cpp (see STRATA_EXTERN_TEMPLATES in core/config.hpp).
+namespace strata {
+extern template class detail::pipeline_state<host_executor<>>;
+extern template class detail::pipeline_core<host_executor<>>;
+extern template class subgroup_pipeline<host_executor<>>;
+}  // namespace strata
+#endif

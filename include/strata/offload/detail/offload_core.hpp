@@ -731,6 +731,7 @@ offload_step_stats offload_core<Exec>::run_step(double lr, model_copy<H> model, 
 // The step of an optimizer on host_executor<> is compiled once, in cmake/strata_instances.cpp
 // (see STRATA_EXTERN_TEMPLATES in core/config.hpp), not in every translation unit that steps one.
 namespace strata::detail {
+extern template class offload_core<host_executor<>>;
 #define STRATA_OFFLOAD_RUN_STEP(G, H)                                                                 \
   extern template offload_step_stats offload_core<host_executor<>>::run_step<G, H>(                   \
       double, model_copy<H>, offload_core<host_executor<>>::gradient_source<G>, const grad_norm_accumulator&);
