@@ -3,6 +3,22 @@ include_guard(GLOBAL)
 
 option(STRATA_WERROR "Treat warnings as errors in strata's own tests, examples and benchmarks" ON)
 
+# Test sources are mostly code generation of test bodies (at -O2 two thirds of a heavy test's
+# compile time); -O1 cuts a third of it. What the tests exercise stays -O2: the CPU kernels, the
+# pipeline and the optimizer core come from strata_instances, built with the configuration's
+# flags, and examples and benchmarks keep them too. CUDA test sources keep the build's level
+# (nvcc warns when -O is given twice). Empty keeps the configuration's level everywhere.
+set(STRATA_TEST_OPTIMIZATION "-O1" CACHE STRING
+    "Optimization flag for strata's test sources in optimized builds (empty: the build type's)")
+
+# strata_test_target(<target>): a test or test helper; debug builds keep their -O0.
+function(strata_test_target target)
+  if(NOT STRATA_TEST_OPTIMIZATION STREQUAL "")
+    target_compile_options(${target} PRIVATE
+      "$<$<AND:$<COMPILE_LANGUAGE:CXX>,$<NOT:$<CONFIG:Debug>>>:${STRATA_TEST_OPTIMIZATION}>")
+  endif()
+endfunction()
+
 function(strata_warnings target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>

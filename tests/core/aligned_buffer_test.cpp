@@ -8,6 +8,9 @@
 
 #include "strata/core/aligned_buffer.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace aligned_buffer_test {
+
 using strata::aligned_buffer;
 using strata::buffer_init;
 using strata::direct_io_buffer;
@@ -111,3 +114,5 @@ TEST_CASE("as<T>() views the bytes as elements and checks size and alignment") {
   CHECK_THROWS_AS((void)aligned_buffer(10, 64).as<float>(), strata::config_error);
   CHECK_THROWS_AS((void)aligned_buffer(16, 2).as<double>(), strata::config_error);
 }
+
+}  // namespace aligned_buffer_test

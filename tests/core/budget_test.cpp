@@ -14,6 +14,9 @@
 #include <strata/core/budget.hpp>
 #include <strata/core/error.hpp>
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace budget_test {
+
 namespace {
 // A buffer whose construction can be made to fail, counting how many exist.
 struct probe_buffer {
@@ -118,3 +121,5 @@ TEST_CASE("charges from many threads never pass the limit and add up exactly") {
   CHECK(b.peak() <= b.limit());
   CHECK(refused.load() == 0);  // 4 x 1000 never passes 64000
 }
+
+}  // namespace budget_test

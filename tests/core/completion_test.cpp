@@ -10,6 +10,9 @@
 #include <strata/core/completion.hpp>
 #include <strata/core/error.hpp>
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace completion_test {
+
 
 TEST_CASE("completion: continuations run once, when_all carries the first error, a dropped promise fails") {
   strata::completion_promise p;
@@ -71,3 +74,5 @@ TEST_CASE("completion: a join made while the request completes waits for the ear
   CHECK(first_done.load(std::memory_order_relaxed) == 1);  // seen through the join, too
   completer.join();
 }
+
+}  // namespace completion_test

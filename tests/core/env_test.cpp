@@ -9,6 +9,9 @@
 #include "strata/core/thread_pool.hpp"
 #include "strata/tier/file_tier.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace env_test {
+
 namespace {
 // Sets a variable for one scope and restores the previous state after.
 class scoped_env {
@@ -152,3 +155,5 @@ TEST_CASE("STRATA_NUM_THREADS sets the default pool size and is validated") {
   ::unsetenv("STRATA_NUM_THREADS");
   CHECK(strata::default_thread_count() == strata::online_cpus());
 }
+
+}  // namespace env_test

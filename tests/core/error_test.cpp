@@ -12,6 +12,9 @@
 #include "strata/core/expects.hpp"
 #include "strata/core/fs.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace error_test {
+
 namespace fs = std::filesystem;
 
 TEST_CASE("every typed error is a strata::error") {
@@ -111,3 +114,5 @@ TEST_CASE("write_all reports a full device as a capacity_error naming the file a
     CHECK(std::string(e.what()) == "write /dev/full at offset 0: " + std::string(std::strerror(ENOSPC)));
   }
 }
+
+}  // namespace error_test

@@ -12,6 +12,9 @@
 
 #include "strata/core/half.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace half_test {
+
 namespace {
 
 std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
@@ -164,3 +167,5 @@ TEST_CASE("narrowing rounds to nearest even, overflows to infinity and keeps NaN
   CHECK(strata::bf16(std::numeric_limits<float>::max()).bits == 0x7f80);  // rounds up into infinity
   CHECK(strata::bf16(-0.0f).bits == 0x8000);
 }
+
+}  // namespace half_test

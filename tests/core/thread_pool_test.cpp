@@ -13,6 +13,9 @@
 
 #include "strata/core/thread_pool.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace thread_pool_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -160,3 +163,5 @@ TEST_CASE("many threads can submit at once without losing tasks") {
 TEST_CASE("a pool needs at least one thread") {
   CHECK_THROWS_AS(strata::thread_pool(0), strata::config_error);
 }
+
+}  // namespace thread_pool_test

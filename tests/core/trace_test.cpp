@@ -18,6 +18,9 @@
 #include "strata/core/thread_pool.hpp"
 #include "strata/core/trace.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace trace_test {
+
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -211,3 +214,5 @@ TEST_CASE("metrics aggregate durations and counters from many threads") {
   m.reset();
   CHECK(m.snapshot().durations.empty());
 }
+
+}  // namespace trace_test

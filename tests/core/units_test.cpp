@@ -6,6 +6,9 @@
 
 #include "strata/core/units.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace units_test {
+
 using namespace strata::literals;
 using strata::config_error;
 using strata::parse_count;
@@ -109,3 +112,5 @@ TEST_CASE("format_size output parses back to the same value when exact") {
   for (std::uint64_t v : {1ULL, 4096ULL, 3ULL << 20, 5ULL << 30, 7ULL << 40})
     CHECK(parse_size(strata::format_size(v)) == v);
 }
+
+}  // namespace units_test

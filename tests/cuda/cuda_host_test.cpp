@@ -4,6 +4,9 @@
 
 #include "strata/core/cuda.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace cuda_host_test {
+
 TEST_CASE("device discovery never throws and explains an absence") {
   const auto avail = strata::cuda_devices();
   CHECK(avail.devices >= 0);
@@ -28,3 +31,5 @@ TEST_CASE("a failing CUDA call becomes a cuda_error naming the call, with or wit
   }
 }
 #endif
+
+}  // namespace cuda_host_test

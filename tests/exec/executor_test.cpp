@@ -22,6 +22,9 @@
 #include "executor_suite.hpp"
 #include <strata/offload/adamw_device.hpp>
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace executor_test {
+
 namespace {
 
 struct no_record {  // an event-less queue is not a stream
@@ -129,3 +132,5 @@ TEST_CASE("a host executor's streams come from a factory, so each role can get i
   CHECK_THROWS_AS(strata::host_executor<S>({}, [](strata::stream_role, const std::string&) { return nullptr; }),
                   strata::config_error);
 }
+
+}  // namespace executor_test

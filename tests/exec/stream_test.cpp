@@ -18,6 +18,9 @@
 
 #include "stream_suite.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace stream_test {
+
 namespace {
 
 struct vec_buffer {
@@ -179,3 +182,5 @@ TEST_CASE("traced counts each stream's busy time, operations and bytes, and trac
   in.reset();
   CHECK(in.activity().operations == 0);
 }
+
+}  // namespace stream_test

@@ -19,6 +19,9 @@
 
 #include "offload_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace bit_identity_test {
+
 namespace {
 
 using namespace strata_test;
@@ -240,3 +243,5 @@ TEST_CASE("offloaded_adamw is bit-identical at the edges: one parameter, one sub
     run_with_policy<strata::bandwidth_proportional>(c, 2, 1);
   }
 }
+
+}  // namespace bit_identity_test

@@ -22,6 +22,9 @@
 
 #include "offload_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace device_gradients_test {
+
 namespace {
 
 using namespace strata_test;
@@ -205,3 +208,5 @@ TEST_CASE("optimizer state kept in device memory (device_tier above host memory)
     require_same(opt, ref);
   }
 }
+
+}  // namespace device_gradients_test

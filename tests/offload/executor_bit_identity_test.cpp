@@ -21,6 +21,9 @@
 
 #include "offload_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace executor_bit_identity_test {
+
 namespace {
 
 using namespace strata_test;
@@ -175,3 +178,5 @@ TEST_CASE("a step that a failing stream interrupts is rethrown typed; its retry 
       require_same_state(opt, ref);
     }
 }
+
+}  // namespace executor_bit_identity_test

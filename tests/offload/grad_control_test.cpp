@@ -21,6 +21,9 @@
 
 #include "offload_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace grad_control_test {
+
 namespace {
 
 using namespace strata_test;
@@ -330,3 +333,5 @@ TEST_CASE("a checkpoint keeps the loss scale and its growth tracker; a version 1
   bad += fmt::format("checksum {:#018x}\n", strata::checksum64(std::as_bytes(std::span(bad.data(), bad.size()))));
   CHECK_THROWS_AS(strata::checkpoint_manifest::parse(bad, "bad"), strata::integrity_error);
 }
+
+}  // namespace grad_control_test

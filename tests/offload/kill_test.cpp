@@ -24,7 +24,11 @@
 #include <strata/offload/offloaded_adamw.hpp>
 #include <strata/strata.hpp>
 
+#include "../test_env.hpp"
 #include "kill_common.hpp"
+
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace kill_test {
 
 namespace {
 
@@ -33,6 +37,7 @@ namespace fs = std::filesystem;
 
 /// Starts the helper and returns its pid once it printed "ready".
 pid_t start_helper(const std::string& mode, const fs::path& work) {
+  const std::string helper = strata_test::runner_path("STRATA_OFFLOAD_KILL_HELPER");
   int pipefd[2];
   REQUIRE(::pipe(pipefd) == 0);
   const pid_t pid = ::fork();
@@ -41,7 +46,7 @@ pid_t start_helper(const std::string& mode, const fs::path& work) {
     ::dup2(pipefd[1], STDOUT_FILENO);
     ::close(pipefd[0]);
     ::close(pipefd[1]);
-    ::execl(STRATA_OFFLOAD_KILL_HELPER, STRATA_OFFLOAD_KILL_HELPER, mode.c_str(), work.c_str(), "1000000",
+    ::execl(helper.c_str(), helper.c_str(), mode.c_str(), work.c_str(), "1000000",
             static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -94,6 +99,8 @@ std::uint64_t check_resume(const fs::path& work) {
 
 /// Starts the helper in `mode` without waiting for it; its stderr goes to `log`.
 pid_t spawn_helper(const std::string& mode, const fs::path& work, std::uint64_t max_steps, const fs::path& log) {
+  const std::string helper = strata_test::runner_path("STRATA_OFFLOAD_KILL_HELPER");
+  const std::string steps = std::to_string(max_steps);
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -102,8 +109,7 @@ pid_t spawn_helper(const std::string& mode, const fs::path& work, std::uint64_t 
       ::dup2(fd, STDERR_FILENO);
       ::dup2(fd, STDOUT_FILENO);
     }
-    const std::string steps = std::to_string(max_steps);
-    ::execl(STRATA_OFFLOAD_KILL_HELPER, STRATA_OFFLOAD_KILL_HELPER, mode.c_str(), work.c_str(), steps.c_str(),
+    ::execl(helper.c_str(), helper.c_str(), mode.c_str(), work.c_str(), steps.c_str(),
             static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -230,3 +236,5 @@ TEST_CASE("100 SIGKILLs at random points of a checksummed two-path job: each res
              (name.starts_with("state-") && name.ends_with(".bin"))));
     }
 }
+
+}  // namespace kill_test

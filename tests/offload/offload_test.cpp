@@ -17,6 +17,9 @@
 
 #include "offload_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace offload_test {
+
 namespace {
 
 using namespace strata_test;
@@ -427,3 +430,5 @@ TEST_CASE("flush writes the cached subgroups, so the tier then holds the whole c
   CHECK(s2.bytes_read == 0);
   CHECK(s2.cache_hits == 4);
 }
+
+}  // namespace offload_test

@@ -13,6 +13,9 @@
 
 #include "offload_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace presets_test {
+
 namespace {
 
 using namespace strata_test;
@@ -294,3 +297,5 @@ TEST_CASE("zero_infinity striped over every path (RAID0) with a cache stays bit-
   auto one = base_config(dir.path() / "x", "zero_infinity", 2);
   CHECK_THROWS_AS(strata::make_offloaded_adamw(one, init), strata::config_error);  // two paths, not striped
 }
+
+}  // namespace presets_test

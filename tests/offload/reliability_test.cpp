@@ -26,6 +26,9 @@
 #include "../child_process.hpp"
 #include "offload_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace reliability_test {
+
 namespace {
 
 using namespace strata_test;
@@ -536,3 +539,5 @@ TEST_CASE("a full disk at any point of a save is a capacity_error that leaves no
   }
   CHECK(rc == 0);
 }
+
+}  // namespace reliability_test

@@ -13,6 +13,9 @@
 #include "strata/optim/adamw_cpu.hpp"
 #include "test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace adamw_cpu_test {
+
 namespace {
 
 using strata_test::state;
@@ -260,3 +263,5 @@ TEST_CASE("a finite step clips by the global norm over every group and equals th
   // Below the threshold nothing is clipped.
   CHECK(strata::clip_coefficient(norm, norm * 2) == 1.0f);
 }
+
+}  // namespace adamw_cpu_test

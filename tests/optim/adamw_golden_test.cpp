@@ -16,6 +16,11 @@
 
 #include "strata/optim/adamw_cpu.hpp"
 
+#include "../test_env.hpp"
+
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace adamw_golden_test {
+
 namespace {
 
 class reader {
@@ -71,7 +76,7 @@ struct golden_case {
 };
 
 std::vector<golden_case> load() {
-  reader r(STRATA_GOLDEN_FILE);
+  reader r(strata_test::runner_path("STRATA_GOLDEN_FILE").c_str());
   REQUIRE(r.str(8) == "STRATAGD");
   REQUIRE(r.get<std::uint32_t>() == 1);
   const auto count = r.get<std::uint32_t>();
@@ -153,3 +158,5 @@ TEST_CASE("strata's AdamW follows PyTorch's trajectories to a relative error bel
       CHECK(err < 1e-6);
     }
 }
+
+}  // namespace adamw_golden_test

@@ -9,9 +9,13 @@
 #include "strata/optim/adamw_cpu.hpp"
 #include "test_support.hpp"
 
+// Defined in contraction_reference.cpp, compiled apart with contraction forced on.
 void contracted_reference(float* p, float* m, float* v, float* vmax, const float* g, std::size_t n,
                           const strata::adamw_step_params& k);
 float contracted_mul_add(float a, float b, float c);
+
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace contraction_test {
 
 TEST_CASE("a product of the formula's operations is rounded before it is added, even under -ffp-contract=fast") {
   if (!strata::cpu_supports(strata::cpu_isa::avx2)) {
@@ -49,3 +53,5 @@ TEST_CASE("the formula compiled with FMA contraction on still equals the kernels
       CHECK(got == want);
     }
 }
+
+}  // namespace contraction_test

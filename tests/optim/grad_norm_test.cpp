@@ -15,6 +15,9 @@
 #include "strata/optim/grad_norm.hpp"
 #include "strata/optim/loss_scaler.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace grad_norm_test {
+
 namespace {
 
 // The documented order, written out plainly: 2048-element blocks, 8 lanes, a fixed tree per
@@ -225,3 +228,5 @@ TEST_CASE("loss scaler options and restored state GradScaler would refuse are co
   CHECK(s.scale() == 8.0f);
   CHECK(s.growth_tracker() == 9);
 }
+
+}  // namespace grad_norm_test

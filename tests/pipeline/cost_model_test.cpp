@@ -20,6 +20,9 @@
 
 #include "../offload/offload_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace cost_model_test {
+
 namespace {
 
 strata::update_cost_model model(double host, double dev, double h2d, double d2h) {
@@ -193,3 +196,5 @@ TEST_CASE("an offloaded_adamw on a cost_model_site updates the model's share on 
   }
   require_same_state(opt, ref);
 }
+
+}  // namespace cost_model_test

@@ -32,6 +32,9 @@
 #include <strata/tier/multipath.hpp>
 #include <strata/tier/throttled.hpp>
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace pipeline_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -476,3 +479,5 @@ TEST_CASE("cached subgroups an lru cache evicts before their update give their s
     CHECK(pipe.slots().free_host() + cache == po.host_slots());  // every slot but the cache's is back
   }
 }
+
+}  // namespace pipeline_test

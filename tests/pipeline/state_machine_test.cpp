@@ -12,6 +12,9 @@
 
 #include <strata/pipeline/subgroup_state.hpp>
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace state_machine_test {
+
 namespace {
 
 using P = strata::subgroup_phase;
@@ -144,3 +147,5 @@ TEST_CASE("the transition function is usable at compile time") {
   static_assert(!strata::transition(st(P::resident, false), E::write).has_value());
   CHECK(strata::to_string(E::d2h_done) == "d2h_done");
 }
+
+}  // namespace state_machine_test

@@ -13,6 +13,9 @@
 #include "strata/policy/sweep_aware.hpp"
 #include "strata/policy/update_order.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace concepts_test {
+
 namespace {
 
 // A complete policy; the near misses below each change one member.
@@ -93,3 +96,5 @@ TEST_CASE("the policy concepts are checked at compile time (this file compiling 
   CHECK_FALSE(strata::eviction_policy<no_victim>);
   CHECK_FALSE(strata::update_order<non_const_order>);
 }
+
+}  // namespace concepts_test

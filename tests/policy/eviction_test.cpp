@@ -19,6 +19,9 @@
 #include "strata/policy/sweep_aware.hpp"
 #include "strata/policy/update_order.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace eviction_test {
+
 namespace {
 
 using ids = std::vector<std::size_t>;
@@ -336,3 +339,5 @@ TEST_CASE("before any step sweep_aware and belady evict the least recently used"
   CHECK(s.victim() == std::optional<std::size_t>(6));
   CHECK(b.victim() == std::optional<std::size_t>(6));
 }
+
+}  // namespace eviction_test

@@ -15,6 +15,9 @@
 
 #include "../tier/tier_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace placement_test {
+
 using namespace strata_test;
 using namespace std::chrono_literals;
 
@@ -198,3 +201,5 @@ TEST_CASE_TEMPLATE("a placement policy is deterministic: the same requests get t
   auto va = views(3, strata::unlimited_capacity), vb = va;
   CHECK(place_all(a, va, 50, 12345) == place_all(b, vb, 50, 12345));
 }
+
+}  // namespace placement_test

@@ -11,6 +11,9 @@
 
 #include "strata/policy/update_order.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace update_order_test {
+
 using ids = std::vector<std::size_t>;
 
 namespace {
@@ -102,3 +105,5 @@ TEST_CASE("custom_order checks what its generator returns at every step") {
                        strata::config_error);
   CHECK_THROWS_AS(strata::custom_order(strata::custom_order::generator{}), strata::config_error);
 }
+
+}  // namespace update_order_test

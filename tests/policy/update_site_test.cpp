@@ -9,6 +9,9 @@
 #include <strata/pipeline/update_cost_model.hpp>
 #include <strata/policy/update_site.hpp>
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace update_site_test {
+
 namespace {
 struct always_host_fixture {
   static strata::always_host make() { return {}; }
@@ -95,3 +98,5 @@ TEST_CASE("an any_update_site answers as the site it holds, which target() recov
   CHECK(site.uses_device());
   CHECK_FALSE(strata::any_update_site{}.uses_device());
 }
+
+}  // namespace update_site_test

@@ -8,6 +8,9 @@
 #include "strata/sync/limiter.hpp"
 #include "strata/sync/node_limiter.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace concepts_test {
+
 namespace {
 
 struct good_limiter {
@@ -61,3 +64,5 @@ TEST_CASE("the limiter concepts are checked at compile time (this file compiling
   CHECK(strata::limiter<strata::node_limiter>);
   CHECK_FALSE(strata::limiter<no_release>);
 }
+
+}  // namespace concepts_test

@@ -20,6 +20,9 @@
 #include "strata/sync/rw_limiter.hpp"
 #include "temp_dir.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace limiter_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -288,3 +291,5 @@ TEST_CASE("read and write permits are shared or separate as configured") {
   CHECK_FALSE(counted.writes().try_acquire());
   counted.reads().release();
 }
+
+}  // namespace limiter_test

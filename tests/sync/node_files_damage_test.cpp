@@ -37,6 +37,9 @@
 #include "../child_process.hpp"
 #include "temp_dir.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace node_files_damage_test {
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
@@ -258,3 +261,5 @@ TEST_CASE("a node directory or queue.lock of another user is refused, naming it"
   CHECK_THROWS_WITH_AS(strata::node_limiter("io", 1, dir.path()), doctest::Contains("uid 4242"),
                        strata::foreign_file_error);
 }
+
+}  // namespace node_files_damage_test

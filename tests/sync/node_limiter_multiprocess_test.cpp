@@ -21,10 +21,14 @@
 #include <vector>
 
 #include "strata/sync/limiter.hpp"
+#include "../test_env.hpp"
 #include "strata/sync/node_limiter.hpp"
 #include "temp_dir.hpp"
 
 extern char** environ;
+
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace node_limiter_multiprocess_test {
 
 namespace {
 
@@ -37,7 +41,7 @@ constexpr auto hang_guard = 120s;  // far above any healthy run, even on a loade
 class helper {
  public:
   explicit helper(std::vector<std::string> args) {
-    args.insert(args.begin(), STRATA_NODE_LIMITER_HELPER);
+    args.insert(args.begin(), strata_test::runner_path("STRATA_NODE_LIMITER_HELPER"));
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -209,3 +213,5 @@ TEST_CASE("a process re-acquiring in a tight loop does not starve the others (ca
   CHECK(max_overlap(all) <= 1);
   hog.kill_now();
 }
+
+}  // namespace node_limiter_multiprocess_test

@@ -8,6 +8,9 @@
 
 #include "tier_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace any_tier_test {
+
 using namespace strata_test;
 
 TEST_CASE("any_tier erases owned and referenced tiers and can recover the concrete type") {
@@ -25,3 +28,5 @@ TEST_CASE("any_tier erases owned and referenced tiers and can recover the concre
   auto held = strata::any_tier(std::make_unique<strata::host_tier>(host("held")));
   CHECK(held.descriptor().name == "held");
 }
+
+}  // namespace any_tier_test

@@ -10,6 +10,9 @@
 
 #include "tier_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace checksummed_test {
+
 using namespace strata_test;
 
 TEST_CASE("checksummed tiers complete writes that cut checksum blocks with the verified bytes around them") {
@@ -79,3 +82,5 @@ TEST_CASE("checksums export and restore, so a reopened tier verifies what an ear
                                              shared);
   lax.read("sg-7", 0, out).get();  // unverified by request
 }
+
+}  // namespace checksummed_test

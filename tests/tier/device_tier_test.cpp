@@ -12,6 +12,9 @@
 
 #include "tier_fixtures.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace device_tier_test {
+
 using namespace strata_test;
 
 namespace {
@@ -117,3 +120,5 @@ TEST_CASE("device_tier works as the top path of a multipath, above host memory")
   CHECK(t.path<0>().used() <= 256 * 1024);
   CHECK(t.path<1>().used() > 0);
 }
+
+}  // namespace device_tier_test

@@ -7,6 +7,9 @@
 
 #include "tier_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace faulty_test {
+
 using namespace strata_test;
 
 TEST_CASE("fault rules fire after n requests, k times, or at a seeded random rate") {
@@ -47,3 +50,5 @@ TEST_CASE("fault rules fire after n requests, k times, or at a seeded random rat
   CHECK(fired > 0);
   CHECK(fired < 64);
 }
+
+}  // namespace faulty_test

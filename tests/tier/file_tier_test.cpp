@@ -13,6 +13,9 @@
 
 #include "tier_fixtures.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace file_tier_test {
+
 using namespace strata_test;
 using namespace std::chrono_literals;
 
@@ -403,3 +406,5 @@ TEST_CASE("a device too full for a growing write is a capacity_error before any 
   u.read("ok", 0, back).get();
   CHECK(back == data);
 }
+
+}  // namespace file_tier_test

@@ -17,6 +17,9 @@
 
 #include "tier_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace limited_test {
+
 using namespace strata_test;
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
@@ -129,3 +132,5 @@ TEST_CASE("limited over a tier that completes at once serves a long queue withou
   strata::wait_all(writes);
   CHECK(limiter.available() == 1);
 }
+
+}  // namespace limited_test

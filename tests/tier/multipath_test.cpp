@@ -10,6 +10,9 @@
 
 #include "tier_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace multipath_test {
+
 using namespace strata_test;
 
 TEST_CASE("a multipath finds objects an earlier run left on its paths, and assign bypasses placement") {
@@ -34,3 +37,5 @@ TEST_CASE("a multipath finds objects an earlier run left on its paths, and assig
   CHECK(m.remove("old"));
   CHECK_FALSE(m.path_of("old").has_value());
 }
+
+}  // namespace multipath_test

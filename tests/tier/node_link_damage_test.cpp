@@ -26,6 +26,9 @@
 #include "../child_process.hpp"
 #include "tier_fixtures.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace node_link_damage_test {
+
 using namespace strata_test;
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
@@ -292,3 +295,5 @@ TEST_CASE("a throttled request whose node link fails fails its future, and the t
   INFO(describe(end));
   CHECK(end.ok());
 }
+
+}  // namespace node_link_damage_test

@@ -14,6 +14,9 @@
 
 #include "tier_fixtures.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace ownership_test {
+
 using namespace strata_test;
 
 namespace {
@@ -196,3 +199,5 @@ TEST_CASE("a journal with damage names nothing: the files it held are left alone
   CHECK_THROWS_AS(t.write("a", 0, data).get(), strata::foreign_file_error);
   CHECK(fs::file_size(dir / "a") == data.size());
 }
+
+}  // namespace ownership_test

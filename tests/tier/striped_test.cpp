@@ -8,6 +8,9 @@
 
 #include "tier_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace striped_test {
+
 using namespace strata_test;
 
 TEST_CASE("striped lays stripe units round robin over its members, refuses holes and finds sizes again") {
@@ -49,3 +52,5 @@ TEST_CASE("striped lays stripe units round robin over its members, refuses holes
   CHECK_FALSE(again.size("obj").has_value());
   CHECK_FALSE(again.remove("obj"));
 }
+
+}  // namespace striped_test

@@ -15,6 +15,9 @@
 
 #include "tier_test_support.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace throttled_test {
+
 using namespace strata_test;
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
@@ -155,3 +158,5 @@ TEST_CASE("chunked requests on one link interleave piece by piece and pay the sw
     CHECK(all_done - t0 >= blocker_time + 2 * pieces * piece_time + (2 * pieces - 1) * cost - 1ms);
   }
 }
+
+}  // namespace throttled_test

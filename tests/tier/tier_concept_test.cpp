@@ -3,6 +3,9 @@
 
 #include <strata/strata.hpp>
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace tier_concept_test {
+
 namespace {
 struct good_tier {
   strata::completion write(std::string_view, std::uint64_t, std::span<const std::byte>);
@@ -66,3 +69,5 @@ static_assert(strata::placement_policy<strata::bandwidth_proportional>);
 TEST_CASE("the tier and placement concepts accept the models and reject the negative cases") {
   CHECK(strata::tier<good_tier>);  // the real checks are the static_asserts above
 }
+
+}  // namespace tier_concept_test

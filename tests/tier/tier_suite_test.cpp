@@ -11,6 +11,9 @@
 
 #include "tier_fixtures.hpp"
 
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace tier_suite_test {
+
 using namespace strata_test;
 using strata::completion;
 
@@ -219,3 +222,5 @@ TEST_CASE_TEMPLATE("a flipped bit is detected by checksums, on read and on write
   put(t, "sg-2", 0, data);  // stored with one bit flipped
   CHECK_THROWS_AS(t.read("sg-2", 0, out).get(), strata::integrity_error);
 }
+
+}  // namespace tier_suite_test
