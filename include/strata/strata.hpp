@@ -37,6 +37,7 @@
 #include "strata/optim/element_types.hpp"
 #include "strata/optim/grad_norm.hpp"
 #include "strata/optim/loss_scaler.hpp"
+#include "strata/optim/step_rates.hpp"
 
 #include "strata/exec/cuda_stream.hpp"
 #include "strata/exec/device_span.hpp"

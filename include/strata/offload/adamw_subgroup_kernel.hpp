@@ -3,7 +3,9 @@
 /// updates one subgroup's state (master | m | v [| max v], fp32, as offload_layout lays it out)
 /// with its gradients, and writes the 16-bit model copy, on the host (adamw_update_cpu over the
 /// host slot) or on the device (gradients copied in next to the state, the executor's kernel, the
-/// model copy copied out). Both give the same bits. Usable for any pipeline of this layout.
+/// model copy copied out). Both give the same bits. Usable for any pipeline of this layout. A
+/// subgroup that crosses parameter ranges of different rates (step_rates) is updated a piece per
+/// range.
 ///
 /// The model copy lives in host memory (host kernels write it, device ones copy it out) or in the
 /// executor's device memory (device kernels write it in place; host kernels write it into host
@@ -26,6 +28,7 @@
 #include "strata/offload/offload_layout.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/step_rates.hpp"
 
 namespace strata {
 
@@ -47,10 +50,10 @@ template <executor Exec, gradient_type G, class H, class GradsOf, class Commit>
 class adamw_subgroup_kernel {
  public:
   /// `exec` is needed only for a model copy in device memory.
-  adamw_subgroup_kernel(const offload_layout& layout, const adamw_step_params& k, GradsOf grads_of,
+  adamw_subgroup_kernel(const offload_layout& layout, step_constants k, GradsOf grads_of,
                         model_copy<H> model, thread_pool* pool, Commit commit, Exec* exec = nullptr)
       : layout_(layout),
-        k_(k),
+        k_(std::move(k)),
         grads_of_(std::move(grads_of)),
         model_(model),
         pool_(pool),
@@ -64,9 +67,14 @@ class adamw_subgroup_kernel {
   void host(std::size_t s, std::span<std::byte> slot) {
     const std::size_t n = layout_.length(s);
     float* st = reinterpret_cast<float*>(slot.data());
-    adamw_update_cpu<G, H>(std::span<float>(st, n), std::span<float>(st + n, n), std::span<float>(st + 2 * n, n),
-                           layout_.sections == 4 ? std::span<float>(st + 3 * n, n) : std::span<float>(),
-                           grads_of_(s, slot), model_of(s), k_, pool_);
+    const std::span<const G> grads = grads_of_(s, slot);
+    const std::span<H> model = model_of(s);
+    k_.for_each_piece(layout_.begin(s), n, [&](std::size_t at, std::size_t len, const adamw_step_params& k) {
+      adamw_update_cpu<G, H>(std::span<float>(st + at, len), std::span<float>(st + n + at, len),
+                             std::span<float>(st + 2 * n + at, len),
+                             layout_.sections == 4 ? std::span<float>(st + 3 * n + at, len) : std::span<float>(),
+                             grads.subspan(at, len), model.empty() ? model : model.subspan(at, len), k, pool_);
+    });
     if (!on_host_.empty()) on_host_[s] = 1;  // read by committed(), which the pipeline calls after this returns
   }
 
@@ -94,12 +102,16 @@ class adamw_subgroup_kernel {
     // in place in a device model; else in the slot, copied out by device_out
     H* out = !model_.device.empty() ? model_.device.data() + layout_.begin(s)
                                     : reinterpret_cast<H*>(device.data() + layout_.device_model_offset());
-    enqueue_adamw(exec,
-                  adamw_group<G, H>{std::span<float>(st, n), std::span<float>(st + n, n),
-                                    std::span<float>(st + 2 * n, n),
-                                    layout_.sections == 4 ? std::span<float>(st + 3 * n, n) : std::span<float>(),
-                                    std::span<const G>(g, n), model_.empty() ? std::span<H>() : std::span<H>(out, n)},
-                  k_);
+    k_.for_each_piece(layout_.begin(s), n, [&](std::size_t at, std::size_t len, const adamw_step_params& k) {
+      enqueue_adamw(exec,
+                    adamw_group<G, H>{std::span<float>(st + at, len), std::span<float>(st + n + at, len),
+                                      std::span<float>(st + 2 * n + at, len),
+                                      layout_.sections == 4 ? std::span<float>(st + 3 * n + at, len)
+                                                            : std::span<float>(),
+                                      std::span<const G>(g + at, len),
+                                      model_.empty() ? std::span<H>() : std::span<H>(out + at, len)},
+                    k);
+    });
   }
 
   template <class S>
@@ -116,7 +128,7 @@ class adamw_subgroup_kernel {
   }
 
   offload_layout layout_;
-  adamw_step_params k_;
+  step_constants k_;
   GradsOf grads_of_;
   model_copy<H> model_;
   thread_pool* pool_;

@@ -27,6 +27,7 @@
 #include "strata/offload/offload_stats.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
 #include "strata/offload/presets.hpp"
+#include "strata/optim/step_rates.hpp"
 #include "strata/policy/placement.hpp"
 #include "strata/sync/node_limiter.hpp"
 #include "strata/sync/rw_limiter.hpp"
@@ -87,16 +88,17 @@ struct offloaded_adamw_config {
 class any_offloaded_adamw {
  public:
   virtual ~any_offloaded_adamw() = default;
-  virtual offload_step_stats step(std::span<const float> grads, double lr) = 0;
-  virtual offload_step_stats step(std::span<const bf16> grads, double lr) = 0;
-  virtual offload_step_stats step(std::span<const fp16> grads, double lr) = 0;
+  /// One step; `rates` is one learning rate, or one lr and weight decay per range of parameters.
+  virtual offload_step_stats step(std::span<const float> grads, const step_rates& rates) = 0;
+  virtual offload_step_stats step(std::span<const bf16> grads, const step_rates& rates) = 0;
+  virtual offload_step_stats step(std::span<const fp16> grads, const step_rates& rates) = 0;
   /// Hands over gradients of parameters [first, first + grads.size()) as backward produces them
   /// (with the zero_infinity preset they are widened and written to the tier now).
   virtual void accept_gradients_at(std::size_t first, std::span<const float> grads) = 0;
   virtual void accept_gradients_at(std::size_t first, std::span<const bf16> grads) = 0;
   virtual void accept_gradients_at(std::size_t first, std::span<const fp16> grads) = 0;
   /// One step over the gradients handed to accept_gradients_at.
-  virtual offload_step_stats step(double lr) = 0;
+  virtual offload_step_stats step(const step_rates& rates) = 0;
   /// Each path's name, declared bandwidths and the bytes its completed requests moved since
   /// construction. Safe to call from another thread while a step runs (to sample throughput).
   [[nodiscard]] virtual std::vector<path_traffic> path_totals() const = 0;
@@ -182,13 +184,13 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
                                  typename Preset::order{}, typename Preset::eviction{}, c.trace));
   }
 
-  offload_step_stats step(std::span<const float> g, double lr) override { return opt_->step(g, lr); }
-  offload_step_stats step(std::span<const bf16> g, double lr) override { return opt_->step(g, lr); }
-  offload_step_stats step(std::span<const fp16> g, double lr) override { return opt_->step(g, lr); }
+  offload_step_stats step(std::span<const float> g, const step_rates& r) override { return opt_->step(g, r); }
+  offload_step_stats step(std::span<const bf16> g, const step_rates& r) override { return opt_->step(g, r); }
+  offload_step_stats step(std::span<const fp16> g, const step_rates& r) override { return opt_->step(g, r); }
   void accept_gradients_at(std::size_t first, std::span<const float> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const bf16> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const fp16> g) override { opt_->accept_gradients_at(first, g); }
-  offload_step_stats step(double lr) override { return opt_->step(lr); }
+  offload_step_stats step(const step_rates& r) override { return opt_->step(r); }
   [[nodiscard]] std::vector<path_traffic> path_totals() const override {
     const auto done = striped_ != nullptr ? striped_->completed_bytes() : tier_.completed_bytes();
     std::vector<path_traffic> v(done.size());

@@ -36,8 +36,8 @@
 /// is ever half-updated: each subgroup is either at the old step (its state unchanged where it
 /// was) or at the new one (its updated state in the cache, on the tier, or, when its write failed,
 /// held in its slot and written first thing by the next call). Call step again with the same
-/// gradients and learning rate: the subgroups already updated are skipped, and the result is
-/// bit-identical to a step that never failed. A different lr for the retry is a config_error.
+/// gradients and rates: the subgroups already updated are skipped, and the result is
+/// bit-identical to a step that never failed. Other rates for the retry are a config_error.
 /// Until the step completes, step_count() keeps the old value, save() refuses (config_error) and
 /// read_master/read_moments show each subgroup as it is (some already updated).
 ///

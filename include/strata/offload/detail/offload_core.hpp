@@ -49,6 +49,7 @@
 #include "strata/optim/adamw_math.hpp"
 #include "strata/optim/grad_norm.hpp"
 #include "strata/optim/loss_scaler.hpp"
+#include "strata/optim/step_rates.hpp"
 #include "strata/pipeline/subgroup_pipeline.hpp"
 #include "strata/policy/any_eviction_policy.hpp"
 #include "strata/policy/update_order.hpp"
@@ -79,30 +80,31 @@ class offload_core {
   offload_step_stats step(std::span<const G> grads) {
     return step(grads, options_.lr);
   }
-  /// One step with learning rate `lr` (a scheduler's value).
+  /// One step with learning rate `rates` (a scheduler's value, or one lr and weight decay per
+  /// range of parameters: step_rates).
   template <gradient_type G>
-  offload_step_stats step(std::span<const G> grads, double lr) {
-    return step(grads, lr, std::span<bf16>{});
+  offload_step_stats step(std::span<const G> grads, const step_rates& rates) {
+    return step(grads, rates, std::span<bf16>{});
   }
   /// One step that also writes the updated weights, rounded to bf16/fp16, into `model_out`
   /// (size() elements, or empty for none) in the same pass.
   template <gradient_type G, class H>
     requires is_half_v<H>
-  offload_step_stats step(std::span<const G> grads, double lr, std::span<H> model_out) {
+  offload_step_stats step(std::span<const G> grads, const step_rates& rates, std::span<H> model_out) {
     STRATA_EXPECTS(grads.size() == layout_.params, config_error,
                    "offloaded_adamw::step: got {} gradients for {} parameters", grads.size(), layout_.params);
-    check_lr(lr);
+    check_rates(rates);
     check_model_out(model_out.size());
     if (layout_.tier_gradients) {
       s_->intake.reset();
       stage_gradients_to_tier(grads, 0);
-      return run_step<float>(lr, model_copy<H>{model_out, {}, {}}, tier_gradients(), s_->intake.norms());
+      return run_step<float>(rates, model_copy<H>{model_out, {}, {}}, tier_gradients(), s_->intake.norms());
     }
     grad_norm_accumulator norms;
     if (tracks_norm() && !partial_)
       for (std::size_t s = 0; s < layout_.subgroups(); ++s)
         norms.add(s, grad_stats_cpu(grads.subspan(begin(s), length(s)), scaler_.inv_scale(), s_->pool.get()));
-    return run_step<G>(lr, model_copy<H>{model_out, {}, {}}, gradient_source<G>{grads, nullptr, &layout_}, norms);
+    return run_step<G>(rates, model_copy<H>{model_out, {}, {}}, gradient_source<G>{grads, nullptr, &layout_}, norms);
   }
 
   /// Hands over the gradients of subgroup `subgroup` (its full length) as backward produces them;
@@ -164,14 +166,14 @@ class offload_core {
 
   /// One step over the gradients given to accept_gradients, with the options' lr.
   offload_step_stats step() { return step(options_.lr); }
-  /// One step over the accepted gradients with learning rate `lr`.
-  offload_step_stats step(double lr) { return step(lr, std::span<bf16>{}); }
+  /// One step over the accepted gradients with learning rate `rates` (one, or one per range).
+  offload_step_stats step(const step_rates& rates) { return step(rates, std::span<bf16>{}); }
   /// One step over the accepted gradients, writing the updated 16-bit weights into `model_out`.
   template <class H>
     requires is_half_v<H>
-  offload_step_stats step(double lr, std::span<H> model_out) {
+  offload_step_stats step(const step_rates& rates, std::span<H> model_out) {
     check_model_out(model_out.size());
-    return accepted_step(lr, model_copy<H>{model_out, {}, {}});
+    return accepted_step(rates, model_copy<H>{model_out, {}, {}});
   }
   /// One step over the accepted gradients that writes the updated 16-bit weights into `model` in
   /// the executor's device memory (size() elements): device updates write them in place, host
@@ -181,14 +183,14 @@ class offload_core {
   /// error is rethrown: the device copy of the weights is then stale.
   template <class H>
     requires is_half_v<H>
-  offload_step_stats step(double lr, device_span<H> model) {
+  offload_step_stats step(const step_rates& rates, device_span<H> model) {
     check_model_out(model.size());
     STRATA_EXPECTS(!model.empty(), config_error, "offloaded_adamw::step: empty device model copy");
     auto& staging = s_->model_staging;
     if (staging.size() < model.size_bytes())
       staging = s_->budget.allocate(model.size_bytes(), "the host staging of the device model copy");
     const std::span<H> staged(reinterpret_cast<H*>(staging.data()), model.size());
-    return accepted_step(lr, model_copy<H>{{}, model, staged});
+    return accepted_step(rates, model_copy<H>{{}, model, staged});
   }
 
   // --- state ------------------------------------------------------------------------------------
@@ -513,32 +515,33 @@ class offload_core {
 
   // One step over the accepted gradients, the model copy where `model` says.
   template <class H>
-  offload_step_stats accepted_step(double lr, model_copy<H> model) {
-    check_lr(lr);
+  offload_step_stats accepted_step(const step_rates& rates, model_copy<H> model) {
+    check_rates(rates);
     land_device_gradients();
     auto& in = s_->intake;
     for (std::size_t s = 0; s < layout_.subgroups(); ++s)
       STRATA_EXPECTS(in.complete(s) || version_[s] > step_count_, config_error,
                      "offloaded_adamw::step: subgroup {} has {} of its {} gradients (call accept_gradients first)", s,
                      in.received(s), length(s));
-    if (layout_.tier_gradients) return run_step<float>(lr, model, tier_gradients(), in.norms());
+    if (layout_.tier_gradients) return run_step<float>(rates, model, tier_gradients(), in.norms());
     switch (in.kind()) {
-      case grad_kind::f32: return run_step<float>(lr, model, stored<float>(), in.norms());
-      case grad_kind::b16: return run_step<bf16>(lr, model, stored<bf16>(), in.norms());
+      case grad_kind::f32: return run_step<float>(rates, model, stored<float>(), in.norms());
+      case grad_kind::b16: return run_step<bf16>(rates, model, stored<bf16>(), in.norms());
       case grad_kind::f16: break;
     }
-    return run_step<fp16>(lr, model, stored<fp16>(), in.norms());
+    return run_step<fp16>(rates, model, stored<fp16>(), in.norms());
   }
 
 
-  void check_lr(double lr) const {
+  void check_rates(const step_rates& rates) const {
     check_state("step");
-    // 0 is allowed, as in PyTorch: warm-up schedules start there (the moments still advance).
-    STRATA_EXPECTS(std::isfinite(lr) && lr >= 0, config_error,
-                   "offloaded_adamw::step: learning rate {} must be finite and not negative", lr);
-    STRATA_EXPECTS(!partial_ || lr == partial_lr_, config_error,
-                   "offloaded_adamw::step: retrying step {} with lr {}, but it began with lr {}", step_count_ + 1, lr,
-                   partial_lr_);
+    rates.validate(layout_.params, "offloaded_adamw::step");
+    STRATA_EXPECTS(!partial_ || rates == partial_rates_, config_error,
+                   "offloaded_adamw::step: retrying step {} with other rates than it began with ({} now, {} then)",
+                   step_count_ + 1, describe(rates), describe(partial_rates_));
+  }
+  [[nodiscard]] static std::string describe(const step_rates& r) {
+    return r.uniform() ? fmt::format("lr {}", r.lr()) : fmt::format("{} parameter ranges", r.ranges().size());
   }
   void check_model_out(std::size_t n) const {
     STRATA_EXPECTS(n == 0 || n == layout_.params, config_error,
@@ -630,7 +633,7 @@ class offload_core {
   // decision its first attempt made, so the subgroups updated then and now agree). Defined out of
   // the class (not inline), so that an extern template declaration suppresses it (see below).
   template <class G, class H>
-  offload_step_stats run_step(double lr, model_copy<H> model, gradient_source<G> grads_of,
+  offload_step_stats run_step(const step_rates& rates, model_copy<H> model, gradient_source<G> grads_of,
                               const grad_norm_accumulator& norms);
 
   adamw_options options_;
@@ -646,13 +649,13 @@ class offload_core {
   std::uint64_t step_count_ = 0;
   bool partial_ = false;
   bool removed_ = false;  // remove_state() ran
-  double partial_lr_ = 0;
+  step_rates partial_rates_{0.0};  // of the step in progress (a retry must repeat them)
   offload_stats totals_;
 };
 
 template <executor Exec>
 template <class G, class H>
-offload_step_stats offload_core<Exec>::run_step(double lr, model_copy<H> model, gradient_source<G> grads_of,
+offload_step_stats offload_core<Exec>::run_step(const step_rates& rates, model_copy<H> model, gradient_source<G> grads_of,
                                                const grad_norm_accumulator& norms) {
   land_device_gradients();  // (no-op when none are in flight) before the intake may be reset
   trace_span step_span(tracer_, "offload.step");
@@ -665,8 +668,7 @@ offload_step_stats offload_core<Exec>::run_step(double lr, model_copy<H> model, 
     }
     if (decision_.skip) return skip_step(norms);
   }
-  const adamw_step_params k = make_adamw_step_params(options_, static_cast<std::int64_t>(step_count_) + 1, lr,
-                                                     scaler_.inv_scale(), decision_.clip);
+  step_constants k(options_, rates, static_cast<std::int64_t>(step_count_) + 1, scaler_.inv_scale(), decision_.clip);
   const std::size_t n = layout_.subgroups();
   const auto order = order_of(order_, step_count_, n);
   const auto next = order_of(order_, step_count_ + 1, n);
@@ -675,10 +677,10 @@ offload_step_stats offload_core<Exec>::run_step(double lr, model_copy<H> model, 
   for (const std::size_t s : order)
     if (version_[s] == step_count_) todo.push_back(s);
   partial_ = true;
-  partial_lr_ = lr;
+  partial_rates_ = rates;
 
   adamw_subgroup_kernel<Exec, G, H, gradient_source<G>, count_version> kernel(
-      layout_, k, grads_of, model, s_->pool.get(), count_version{&version_}, s_->exec_ref);
+      layout_, std::move(k), grads_of, model, s_->pool.get(), count_version{&version_}, s_->exec_ref);
   const pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);
   ++step_count_;
   partial_ = false;
@@ -734,7 +736,7 @@ namespace strata::detail {
 extern template class offload_core<host_executor<>>;
 #define STRATA_OFFLOAD_RUN_STEP(G, H)                                                                 \
   extern template offload_step_stats offload_core<host_executor<>>::run_step<G, H>(                   \
-      double, model_copy<H>, offload_core<host_executor<>>::gradient_source<G>, const grad_norm_accumulator&);
+      const step_rates&, model_copy<H>, offload_core<host_executor<>>::gradient_source<G>, const grad_norm_accumulator&);
 STRATA_ADAMW_TYPE_PAIRS(STRATA_OFFLOAD_RUN_STEP)
 #undef STRATA_OFFLOAD_RUN_STEP
 }  // namespace strata::detail
