@@ -33,6 +33,7 @@
 
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/adamw_state.hpp"
 #include "strata/optim/cpu_dispatch.hpp"
 #include "strata/optim/element_types.hpp"
 #include "strata/optim/grad_norm.hpp"

@@ -27,6 +27,7 @@
 #include "strata/offload/offload_stats.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
 #include "strata/offload/presets.hpp"
+#include "strata/optim/adamw_state.hpp"
 #include "strata/optim/step_rates.hpp"
 #include "strata/policy/placement.hpp"
 #include "strata/sync/node_limiter.hpp"
@@ -104,6 +105,8 @@ class any_offloaded_adamw {
   [[nodiscard]] virtual std::vector<path_traffic> path_totals() const = 0;
   virtual void read_master(std::span<float> out) = 0;
   virtual void read_moments(std::span<float> m, std::span<float> v) = 0;
+  /// The running maximum of v (amsgrad only).
+  virtual void read_max_exp_avg_sq(std::span<float> out) = 0;
   virtual void save(const std::filesystem::path& dir) = 0;
   virtual void flush() = 0;
   /// Removes the tier objects the optimizer created (see offloaded_adamw::remove_state).
@@ -171,9 +174,9 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
     }
   }
 
-  void create(const offloaded_adamw_config& c, std::span<const float> params) {
-    opt_.emplace(tier_, params, c.adamw, Preset::options(params.size(), c.adamw, c.offload), typename Preset::order{},
-                 typename Preset::eviction{}, c.trace);
+  void create(const offloaded_adamw_config& c, std::span<const float> params, const adamw_state_view& state) {
+    opt_.emplace(optimizer::from_state(tier_, params, state, c.adamw, Preset::options(params.size(), c.adamw, c.offload),
+                                       typename Preset::order{}, typename Preset::eviction{}, c.trace));
   }
   void load(const offloaded_adamw_config& c, const std::filesystem::path& dir) {
     // The preset's options depend on the parameter count, which the checkpoint holds: read it first.
@@ -202,6 +205,7 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   }
   void read_master(std::span<float> out) override { opt_->read_master(out); }
   void read_moments(std::span<float> m, std::span<float> v) override { opt_->read_moments(m, v); }
+  void read_max_exp_avg_sq(std::span<float> out) override { opt_->read_max_exp_avg_sq(out); }
   void save(const std::filesystem::path& dir) override { opt_->save(dir); }
   void flush() override { opt_->flush(); }
   std::size_t remove_state() override { return opt_ ? opt_->remove_state() : 0; }
@@ -271,10 +275,12 @@ std::unique_ptr<any_offloaded_adamw> make_runtime(offloaded_adamw_config c, Buil
 
 }  // namespace detail
 
-/// Builds the preset's optimizer over the configured paths, starting from `params`.
+/// Builds the preset's optimizer over the configured paths, starting from `params` and, when
+/// given, existing AdamW state (moments and steps taken; see offloaded_adamw::from_state).
 [[nodiscard]] inline std::unique_ptr<any_offloaded_adamw> make_offloaded_adamw(const offloaded_adamw_config& config,
-                                                                                std::span<const float> params) {
-  return detail::make_runtime(config, [&](auto& o, const offloaded_adamw_config& c) { o.create(c, params); });
+                                                                                std::span<const float> params,
+                                                                                const adamw_state_view& state = {}) {
+  return detail::make_runtime(config, [&](auto& o, const offloaded_adamw_config& c) { o.create(c, params, state); });
 }
 
 /// Builds the preset's optimizer over the configured paths from the checkpoint in `dir`.

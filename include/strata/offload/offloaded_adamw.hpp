@@ -76,6 +76,7 @@
 #include "strata/offload/detail/offload_core.hpp"
 #include "strata/offload/offload_options.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/adamw_state.hpp"
 #include "strata/policy/any_eviction_policy.hpp"
 #include "strata/policy/eviction_policy.hpp"
 #include "strata/policy/placement.hpp"
@@ -124,6 +125,35 @@ class offloaded_adamw : public detail::offload_core<Exec> {
                         std::move(site), trace) {
     this->check_tier_room();
     this->initialize_from(params);
+  }
+
+  /// As the constructor, but starting from existing AdamW state (`state`: moments and steps taken,
+  /// e.g. torch.optim.AdamW's) instead of zero moments: the next step is state.step + 1 and
+  /// continues that run bit for bit. Bad state (sizes, non-finite values, negative second moments,
+  /// a maximum without amsgrad) is a config_error naming the array and index, before anything is
+  /// written.
+  [[nodiscard]] static offloaded_adamw from_state(Tier& tier, std::span<const float> params,
+                                                  const adamw_state_view& state, adamw_options options,
+                                                  offload_options offload = {}, Order order = Order{},
+                                                  Evict evict = Evict{}, tracer* trace = nullptr)
+    requires std::default_initializable<Exec>
+  {
+    offloaded_adamw opt(tier, nullptr, params.size(), options, std::move(offload), std::move(order), std::move(evict),
+                        Site{}, trace);
+    opt.check_tier_room();
+    opt.initialize_from(params, state);
+    return opt;
+  }
+  /// As above, with device updates on `exec` where `site` says.
+  [[nodiscard]] static offloaded_adamw from_state(Tier& tier, Exec& exec, std::span<const float> params,
+                                                  const adamw_state_view& state, adamw_options options,
+                                                  offload_options offload = {}, Order order = Order{},
+                                                  Evict evict = Evict{}, Site site = Site{}, tracer* trace = nullptr) {
+    offloaded_adamw opt(tier, &exec, params.size(), options, std::move(offload), std::move(order), std::move(evict),
+                        std::move(site), trace);
+    opt.check_tier_room();
+    opt.initialize_from(params, state);
+    return opt;
   }
 
   /// Restores the checkpoint in `dir` (see save) onto `tier`, which may be any tier stack (other

@@ -47,6 +47,7 @@
 #include "strata/offload/prefix_claim.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/adamw_state.hpp"
 #include "strata/optim/grad_norm.hpp"
 #include "strata/optim/loss_scaler.hpp"
 #include "strata/optim/step_rates.hpp"
@@ -413,12 +414,25 @@ class offload_core {
     track_norm();
   }
 
-  void initialize_from(std::span<const float> params) {
+  void initialize_from(std::span<const float> params) { initialize_from(params, adamw_state_view{}); }
+
+  // The first state from `params` and existing moments (zeros where `existing` has none), after
+  // existing.step steps.
+  void initialize_from(std::span<const float> params, const adamw_state_view& existing) {
+    existing.validate(layout_.params, options_.amsgrad, "offloaded_adamw");
+    const std::span<const float> arrays[] = {params, existing.exp_avg, existing.exp_avg_sq, existing.max_exp_avg_sq};
     write_initial_state([&](std::size_t s, std::span<std::byte> state) {
       const std::size_t n = length(s);
-      std::memcpy(state.data(), params.data() + begin(s), n * sizeof(float));
-      std::memset(state.data() + n * sizeof(float), 0, (layout_.sections - 1) * n * sizeof(float));
+      for (std::size_t a = 0; a < layout_.sections; ++a) {
+        std::byte* to = state.data() + a * n * sizeof(float);
+        if (arrays[a].empty())
+          std::memset(to, 0, n * sizeof(float));
+        else
+          std::memcpy(to, arrays[a].data() + begin(s), n * sizeof(float));
+      }
     });
+    step_count_ = existing.step;
+    std::fill(version_.begin(), version_.end(), existing.step);
   }
 
   // Writes every subgroup's first state. Objects of our names that are there already are a

@@ -1,0 +1,127 @@
+// offloaded_adamw started from existing AdamW state (moments and steps taken, as
+// torch.optim.AdamW's state_dict holds them): it continues that run bit for bit, through the
+// typed optimizer and the run-time one (make_offloaded_adamw); bad state is refused before
+// anything is written.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/offload/make_offloaded_adamw.hpp>
+#include <strata/offload/offloaded_adamw.hpp>
+#include <strata/optim/adamw_state.hpp>
+
+#include "offload_test_support.hpp"
+
+// The folder's tests compile together: this file's names stay in its own namespace.
+namespace from_state_test {
+
+namespace {
+
+using namespace strata_test;
+
+strata::offload_options small_options(std::size_t sg, std::size_t cache_slots, const strata::adamw_options& ao,
+                                      std::size_t n) {
+  strata::offload_options off;
+  off.subgroup_elems = sg;
+  off.threads = 2;
+  off.host_cache_bytes = strata::offload_layout::of(n, ao, off).cache_bytes(cache_slots);
+  return off;
+}
+
+strata::adamw_state_view state_of(const flat_reference& ref) {
+  return {ref.m, ref.v, ref.vmax, static_cast<std::uint64_t>(ref.steps)};
+}
+
+}  // namespace
+
+TEST_CASE("an optimizer started from another run's moments and step count continues it bit for bit") {
+  for (const bool amsgrad : {false, true}) {
+    for (const std::size_t cache : {0, 2}) {
+      CAPTURE(amsgrad);
+      CAPTURE(cache);
+      const std::size_t n = 1234, sg = 200;
+      strata::adamw_options ao;
+      ao.amsgrad = amsgrad;
+      ao.weight_decay = 0.02;
+      flat_reference ref(random_params(n, 7), ao);
+      for (int t = 0; t < 3; ++t) {
+        const auto g = random_grads<float>(n, 70 + static_cast<std::uint64_t>(t));
+        ref.step(std::span<const float>(g), 1e-3);
+      }
+      strata::host_tier tier(strata::host_tier_options{.name = "moved"});
+      auto opt = strata::offloaded_adamw<strata::host_tier>::from_state(tier, ref.p, state_of(ref), ao,
+                                                                       small_options(sg, cache, ao, n));
+      CHECK(opt.step_count() == 3);
+      require_same_state(opt, ref);
+      for (int t = 3; t < 6; ++t) {
+        const auto g = random_grads<strata::bf16>(n, 70 + static_cast<std::uint64_t>(t));
+        std::vector<strata::bf16> out(n), ref_out(n);
+        opt.step(std::span<const strata::bf16>(g), 2e-3, std::span<strata::bf16>(out));
+        ref.step(std::span<const strata::bf16>(g), 2e-3, std::span<strata::bf16>(ref_out));
+        CHECK(out == ref_out);
+      }
+      require_same_state(opt, ref);
+    }
+  }
+}
+
+TEST_CASE("the run-time optimizer starts from existing state too, and reads back its running maximum") {
+  const std::size_t n = 900;
+  strata::adamw_options ao;
+  ao.amsgrad = true;
+  flat_reference ref(random_params(n, 8), ao);
+  for (int t = 0; t < 2; ++t) {
+    const auto g = random_grads<float>(n, 80 + static_cast<std::uint64_t>(t));
+    ref.step(std::span<const float>(g), 1e-3);
+  }
+  strata::offloaded_adamw_config c;
+  c.paths.resize(2);  // in host memory (no directory)
+  c.paths[0].name = "a";
+  c.paths[1].name = "b";
+  c.adamw = ao;
+  c.offload.subgroup_elems = 250;
+  c.offload.threads = 2;
+  auto opt = strata::make_offloaded_adamw(c, ref.p, state_of(ref));
+  REQUIRE(opt->step_count() == 2);
+  const auto g = random_grads<float>(n, 82);
+  opt->step(std::span<const float>(g), 1e-3);
+  ref.step(std::span<const float>(g), 1e-3);
+  std::vector<float> p(n), m(n), v(n), vmax(n);
+  opt->read_master(p);
+  opt->read_moments(m, v);
+  opt->read_max_exp_avg_sq(vmax);
+  CHECK(same_bits(p, ref.p));
+  CHECK(same_bits(m, ref.m));
+  CHECK(same_bits(v, ref.v));
+  CHECK(same_bits(vmax, ref.vmax));
+}
+
+TEST_CASE("existing state that does not fit is a config_error naming the array and index, and nothing is written") {
+  const std::size_t n = 100;
+  const auto p = random_params(n, 9);
+  std::vector<float> m(n, 0.01f), v(n, 0.02f), short_v(n - 1, 0.0f), neg_v = v, nan_m = m;
+  neg_v[42] = -1.0f;
+  nan_m[7] = std::numeric_limits<float>::quiet_NaN();
+  strata::adamw_options ao;  // no amsgrad
+  const auto refused = [&](const strata::adamw_state_view& s, const std::string& says) {
+    CAPTURE(says);
+    strata::host_tier tier(strata::host_tier_options{.name = "empty"});
+    try {
+      (void)strata::offloaded_adamw<strata::host_tier>::from_state(tier, p, s, ao, small_options(30, 0, ao, n));
+      FAIL("accepted");
+    } catch (const strata::config_error& e) {
+      CHECK(std::string(e.what()).find(says) != std::string::npos);
+    }
+    CHECK(tier.used() == 0);  // refused before any object was written
+  };
+  refused({m, short_v, {}, 1}, "exp_avg_sq has 99 values for 100 parameters");
+  refused({m, neg_v, {}, 1}, "exp_avg_sq[42] is -1");
+  refused({nan_m, v, {}, 1}, "exp_avg[7] is nan, which is not finite");
+  refused({m, v, v, 1}, "max_exp_avg_sq given, but amsgrad is off");
+}
+
+}  // namespace from_state_test
