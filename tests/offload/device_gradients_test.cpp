@@ -151,31 +151,35 @@ TEST_CASE("a failed device-to-host copy of gradients fails the step before any s
                   strata::config_error);
 }
 
-TEST_CASE("a model copy in device memory is written in place by device updates and copied in after host ones") {
+TEST_CASE("a model copy in device memory, bf16 or fp32, is written in place by device updates and copied in after host ones") {
   const auto init = random_params(n, 5);
   strata::adamw_options ao;
   const auto off = options(false);
   exec_t exec({}, [](strata::stream_role, const std::string& name) { return std::make_unique<S>(name); });
   strata::host_tier tier(strata::host_tier_options{.name = "t"});
-  for (const std::size_t k_device : {0, 1, 2}) {  // all on the host, every other one, two of three on the device
-    CAPTURE(k_device);
-    opt_t opt(tier, exec, init, ao, off, {}, {}, strata::alternating_site{1, k_device});
-    flat_reference ref(init, ao);
-    auto model = exec.allocate_device(n * sizeof(strata::bf16));
-    const strata::device_span<strata::bf16> dmodel(reinterpret_cast<strata::bf16*>(model.data()), n);
-    for (int t = 0; t < 2; ++t) {
-      const auto g = random_grads<strata::bf16>(n, 60 + static_cast<std::uint64_t>(t));
-      for (std::size_t s = 0; s < opt.subgroup_count(); ++s)
-        opt.accept_gradients(s, std::span<const strata::bf16>(g).subspan(opt.begin(s), opt.length(s)));
-      const auto st = opt.step(1e-3, dmodel);
-      std::vector<strata::bf16> ref_out(n);
-      ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(ref_out));
-      CHECK((st.device_updates > 0) == (k_device > 0));
-      // A host_executor's "device" memory is host memory: the test may look.
-      CHECK(std::memcmp(model.data(), ref_out.data(), n * sizeof(strata::bf16)) == 0);
+  const auto check_model = [&]<class H>() {
+    for (const std::size_t k_device : {0, 1, 2}) {  // all on the host, every other one, two of three on the device
+      CAPTURE(k_device);
+      opt_t opt(tier, exec, init, ao, off, {}, {}, strata::alternating_site{1, k_device});
+      flat_reference ref(init, ao);
+      auto model = exec.allocate_device(n * sizeof(H));
+      const strata::device_span<H> dmodel(reinterpret_cast<H*>(model.data()), n);
+      for (int t = 0; t < 2; ++t) {
+        const auto g = random_grads<strata::bf16>(n, 60 + static_cast<std::uint64_t>(t));
+        for (std::size_t s = 0; s < opt.subgroup_count(); ++s)
+          opt.accept_gradients(s, std::span<const strata::bf16>(g).subspan(opt.begin(s), opt.length(s)));
+        const auto st = opt.step(1e-3, dmodel);
+        std::vector<H> ref_out(n);
+        ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<H>(ref_out));
+        CHECK((st.device_updates > 0) == (k_device > 0));
+        // A host_executor's "device" memory is host memory: the test may look.
+        CHECK(std::memcmp(model.data(), ref_out.data(), n * sizeof(H)) == 0);
+      }
+      require_same_state(opt, ref);
     }
-    require_same_state(opt, ref);
-  }
+  };
+  SUBCASE("bf16") { check_model.template operator()<strata::bf16>(); }
+  SUBCASE("fp32: the model is the master weights") { check_model.template operator()<float>(); }
 }
 
 TEST_CASE("optimizer state kept in device memory (device_tier above host memory) steps bit-identically") {

@@ -10,6 +10,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <strata/exec/faulty_stream.hpp>
@@ -33,7 +34,7 @@ struct config {
   std::uint64_t seed;
   std::size_t params, subgroup, cache;
   bool tier_grads, accept, amsgrad;
-  int grad_type;  // 0 float, 1 bf16, 2 fp16
+  int grad_type;  // 0 float, 1 bf16, 2 fp16; 3 bf16 with an fp32 model copy
   bool model_out;
   std::size_t device_depth;
 };
@@ -50,8 +51,8 @@ config random_config(std::uint64_t seed) {
   c.tier_grads = pick(0, 3) == 0;
   c.accept = pick(0, 1) == 0;
   c.amsgrad = pick(0, 2) == 0;
-  c.grad_type = static_cast<int>(pick(0, 2));
-  c.model_out = pick(0, 1) == 0;
+  c.grad_type = static_cast<int>(seed % 4);  // every kind among the seeds
+  c.model_out = pick(0, 1) == 0 || c.grad_type == 3;  // kind 3 is about the copy
   c.device_depth = pick(1, 3);
   return c;
 }
@@ -73,6 +74,8 @@ void run_steps(Opt& opt, flat_reference& ref, const config& c, std::size_t devic
     CHECK(st.device_updates == device_per_step);  // the site policy is followed
     ref.step(std::span<const G>(g), lr, std::span<H>(ref_out));
     CHECK(out == ref_out);
+    if constexpr (std::is_same_v<H, float>)
+      if (c.model_out) CHECK(same_bits(out, ref.p));  // an fp32 model is the master, exactly
   }
   require_same_state(opt, ref);
 }
@@ -99,7 +102,8 @@ void check(const config& c, Exec& exec, Site site) {
   switch (c.grad_type) {
     case 0: run_steps<decltype(opt), float, strata::bf16>(opt, ref, c, device); break;
     case 1: run_steps<decltype(opt), strata::bf16, strata::bf16>(opt, ref, c, device); break;
-    default: run_steps<decltype(opt), strata::fp16, strata::fp16>(opt, ref, c, device); break;
+    case 2: run_steps<decltype(opt), strata::fp16, strata::fp16>(opt, ref, c, device); break;
+    default: run_steps<decltype(opt), strata::bf16, float>(opt, ref, c, device); break;
   }
 }
 
@@ -125,6 +129,7 @@ TEST_CASE("every executor and update site is bit-identical to AdamW on one flat 
     CAPTURE(c.cache);
     CAPTURE(c.tier_grads);
     CAPTURE(c.grad_type);
+    CAPTURE(c.model_out);
     {
       INFO("simulated device, no jitter");
       strata::host_executor<> exec({.kernel_threads = 2});

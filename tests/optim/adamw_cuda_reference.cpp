@@ -26,6 +26,8 @@ STRATA_TEST_INSTANTIATE(strata::bf16, strata::bf16)
 STRATA_TEST_INSTANTIATE(strata::bf16, strata::fp16)
 STRATA_TEST_INSTANTIATE(strata::fp16, strata::bf16)
 STRATA_TEST_INSTANTIATE(strata::fp16, strata::fp16)
+STRATA_TEST_INSTANTIATE(float, float)
+STRATA_TEST_INSTANTIATE(strata::bf16, float)
 template double cpu_sum_squares<float>(const float*, std::size_t, float);
 template double cpu_sum_squares<strata::bf16>(const strata::bf16*, std::size_t, float);
 template double cpu_sum_squares<strata::fp16>(const strata::fp16*, std::size_t, float);

@@ -77,7 +77,7 @@ void check_pair() {
 TEST_CASE_TEMPLATE("the CUDA kernel equals the CPU kernel bit for bit", pair, std::pair<float, strata::bf16>,
                    std::pair<float, strata::fp16>, std::pair<strata::bf16, strata::bf16>,
                    std::pair<strata::bf16, strata::fp16>, std::pair<strata::fp16, strata::bf16>,
-                   std::pair<strata::fp16, strata::fp16>) {
+                   std::pair<strata::fp16, strata::fp16>, std::pair<float, float>, std::pair<strata::bf16, float>) {
   check_pair<typename pair::first_type, typename pair::second_type>();
 }
 

@@ -158,4 +158,9 @@ inline constexpr bool is_half_v = std::is_same_v<T, bf16> || std::is_same_v<T, f
 template <class T>
 concept gradient_type = std::is_same_v<T, float> || is_half_v<T>;
 
+/// A type of the model copy an update writes: a 16-bit type (rounded from the fp32 master), or
+/// float (an fp32 model kept equal to the master weights, with no read-back from the tiers).
+template <class T>
+concept model_copy_type = std::is_same_v<T, float> || is_half_v<T>;
+
 }  // namespace strata

@@ -1,7 +1,7 @@
 #pragma once
 /// adamw_subgroup_kernel: the kernel offloaded_adamw gives its subgroup_pipeline for one step. It
 /// updates one subgroup's state (master | m | v [| max v], fp32, as offload_layout lays it out)
-/// with its gradients, and writes the 16-bit model copy, on the host (adamw_update_cpu over the
+/// with its gradients, and writes the model copy (16-bit, or fp32), on the host (adamw_update_cpu over the
 /// host slot) or on the device (gradients copied in next to the state, the executor's kernel, the
 /// model copy copied out). Both give the same bits. Usable for any pipeline of this layout. A
 /// subgroup that crosses parameter ranges of different rates (step_rates) is updated a piece per
@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -32,7 +33,7 @@
 
 namespace strata {
 
-/// Where the 16-bit model copy of a step goes (both empty: none).
+/// Where the model copy of a step (16-bit, or fp32) goes (both empty: none).
 template <class H>
 struct model_copy {
   std::span<H> host;        ///< in host memory
@@ -46,7 +47,7 @@ struct model_copy {
 /// of the caller's, of the gradient store, or of the slot's side data). `Commit(s)`: called when
 /// subgroup s's update committed.
 template <executor Exec, gradient_type G, class H, class GradsOf, class Commit>
-  requires is_half_v<H>
+  requires model_copy_type<H>
 class adamw_subgroup_kernel {
  public:
   /// `exec` is needed only for a model copy in device memory.
@@ -99,9 +100,11 @@ class adamw_subgroup_kernel {
     const std::size_t n = layout_.length(s);
     float* st = reinterpret_cast<float*>(device.data());
     auto* g = reinterpret_cast<const G*>(device.data() + layout_.device_gradient_offset());
-    // in place in a device model; else in the slot, copied out by device_out
+    // in place in a device model; else in the slot, copied out by device_out (a float copy is
+    // the updated master itself, which device_out copies from the state: nothing to write)
     H* out = !model_.device.empty() ? model_.device.data() + layout_.begin(s)
                                     : reinterpret_cast<H*>(device.data() + layout_.device_model_offset());
+    const bool write_copy = !model_.empty() && (!model_.device.empty() || !std::is_same_v<H, float>);
     k_.for_each_piece(layout_.begin(s), n, [&](std::size_t at, std::size_t len, const adamw_step_params& k) {
       enqueue_adamw(exec,
                     adamw_group<G, H>{std::span<float>(st + at, len), std::span<float>(st + n + at, len),
@@ -109,7 +112,7 @@ class adamw_subgroup_kernel {
                                       layout_.sections == 4 ? std::span<float>(st + 3 * n + at, len)
                                                             : std::span<float>(),
                                       std::span<const G>(g + at, len),
-                                      model_.empty() ? std::span<H>() : std::span<H>(out + at, len)},
+                                      write_copy ? std::span<H>(out + at, len) : std::span<H>()},
                     k);
     });
   }
@@ -118,7 +121,8 @@ class adamw_subgroup_kernel {
   void device_out(std::size_t s, std::span<std::byte> device, S& d2h) {
     if (model_.host.empty()) return;  // none, or written in place
     const auto out = std::as_writable_bytes(model_of(s));
-    d2h.copy_to_host(out, device.subspan(static_cast<std::size_t>(layout_.device_model_offset()), out.size()));
+    const std::uint64_t from = std::is_same_v<H, float> ? 0 : layout_.device_model_offset();  // see device_update
+    d2h.copy_to_host(out, device.subspan(static_cast<std::size_t>(from), out.size()));
   }
 
  private:

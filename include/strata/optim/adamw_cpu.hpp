@@ -114,13 +114,13 @@ void run_adamw_cpu(float* p, float* m, float* v, float* vmax, const G* g, H* out
 ///  - max_exp_avg_sq: n elements when k.amsgrad, else ignored (may be empty);
 ///  - grad: n gradients in float, bf16 or fp16 (as produced, still multiplied by the loss scale:
 ///    k.grad_scale unscales them in the same pass);
-///  - model_out: n bf16/fp16 elements receiving the updated weights rounded to nearest even, or
-///    empty to write none.
+///  - model_out: n bf16/fp16 elements receiving the updated weights rounded to nearest even, n
+///    floats receiving them exactly (an fp32 model), or empty to write none.
 /// Runs on the calling thread plus up to pool->size() - 1 workers of `pool` (nullptr: the
 /// calling thread only), in tiles of `tile_elems`. `isa` forces an instruction-set path
 /// (config_error if this CPU lacks it). Mismatched sizes are a config_error naming the span.
 template <gradient_type G, class H = bf16>
-  requires is_half_v<H>
+  requires model_copy_type<H>
 void adamw_update_cpu(std::span<float> master, std::span<float> exp_avg, std::span<float> exp_avg_sq,
                       std::span<float> max_exp_avg_sq, std::span<const G> grad, std::span<H> model_out,
                       const adamw_step_params& k, thread_pool* pool = nullptr,

@@ -52,8 +52,12 @@ __device__ inline void load4(const G* g, std::size_t i, float (&out)[4]) {
 
 template <class H>
 __device__ inline void store4(H* out, std::size_t i, const float4& p) {
-  const auto b = [](float f) { return static_cast<std::uint32_t>(narrow<H>(f).bits); };
-  reinterpret_cast<uint2*>(out)[i] = make_uint2(b(p.x) | (b(p.y) << 16), b(p.z) | (b(p.w) << 16));
+  if constexpr (std::is_same_v<H, float>) {
+    reinterpret_cast<float4*>(out)[i] = p;
+  } else {
+    const auto b = [](float f) { return static_cast<std::uint32_t>(narrow<H>(f).bits); };
+    reinterpret_cast<uint2*>(out)[i] = make_uint2(b(p.x) | (b(p.y) << 16), b(p.z) | (b(p.w) << 16));
+  }
 }
 
 template <bool L2, bool Amsgrad, class G, class H>
@@ -124,7 +128,7 @@ void launch_adamw(float* p, float* m, float* v, float* vmax, const G* g, H* out,
                   const adamw_step_params& k, cudaStream_t stream) {
   constexpr std::size_t half_align = std::is_same_v<G, float> ? 16 : 8;
   const bool vec = aligned(p, 16) && aligned(m, 16) && aligned(v, 16) && (!Amsgrad || aligned(vmax, 16)) &&
-                   aligned(g, half_align) && (std::is_same_v<H, no_model_copy> || aligned(out, 8));
+                   aligned(g, half_align) && (std::is_same_v<H, no_model_copy> || aligned(out, sizeof(H) * 4));
   if (vec) {
     const unsigned blocks = grid_blocks(std::max<std::size_t>(n / 4, 4));
     adamw_vec4_kernel<L2, Amsgrad><<<blocks, adamw_block_threads, 0, stream>>>(p, m, v, vmax, g, out, n, k);
@@ -189,7 +193,7 @@ __global__ void grad_sum_blocks_kernel(const double* partial, std::size_t blocks
 /// start 16-byte aligned (16-bit arrays: 8-byte) take the vectorized kernel; others a scalar one
 /// with the same results. Launch errors throw strata::cuda_error.
 template <gradient_type G, class H = bf16>
-  requires is_half_v<H>
+  requires model_copy_type<H>
 void adamw_update(float* master, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, const G* grad,
                   H* model_out, std::size_t n, const adamw_step_params& k, cudaStream_t stream) {
   STRATA_EXPECTS(!k.amsgrad || max_exp_avg_sq != nullptr || n == 0, config_error,

@@ -215,7 +215,7 @@ STRATA_HOST_DEVICE constexpr void adamw_element(float& p, float& m, float& v, fl
 /// One subgroup's buffers, for adamw_step_cpu and enqueue_adamw on an executor (see
 /// adamw_update_cpu for each span's meaning).
 template <gradient_type G, class H = bf16>
-  requires is_half_v<H>
+  requires model_copy_type<H>
 struct adamw_group {
   std::span<float> master;
   std::span<float> exp_avg;

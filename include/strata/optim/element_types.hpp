@@ -42,10 +42,12 @@ STRATA_HOST_DEVICE constexpr float widen(G g) noexcept {
     return fp16_bits_to_float(g.bits);
 }
 
-/// An updated weight rounded to the model copy's type (nearest even).
+/// An updated weight rounded to the model copy's type (nearest even; a float copy is exact).
 template <class H>
 STRATA_HOST_DEVICE constexpr H narrow(float f) noexcept {
-  if constexpr (std::is_same_v<H, bf16>)
+  if constexpr (std::is_same_v<H, float>)
+    return f;
+  else if constexpr (std::is_same_v<H, bf16>)
     return bf16::from_bits(float_to_bf16_bits(f));
   else
     return fp16::from_bits(float_to_fp16_bits(f));

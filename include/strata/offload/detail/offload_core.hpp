@@ -87,10 +87,10 @@ class offload_core {
   offload_step_stats step(std::span<const G> grads, const step_rates& rates) {
     return step(grads, rates, std::span<bf16>{});
   }
-  /// One step that also writes the updated weights, rounded to bf16/fp16, into `model_out`
-  /// (size() elements, or empty for none) in the same pass.
+  /// One step that also writes the updated weights, rounded to bf16/fp16 (or exact, for a float
+  /// model), into `model_out` (size() elements, or empty for none) in the same pass.
   template <gradient_type G, class H>
-    requires is_half_v<H>
+    requires model_copy_type<H>
   offload_step_stats step(std::span<const G> grads, const step_rates& rates, std::span<H> model_out) {
     STRATA_EXPECTS(grads.size() == layout_.params, config_error,
                    "offloaded_adamw::step: got {} gradients for {} parameters", grads.size(), layout_.params);
@@ -169,21 +169,21 @@ class offload_core {
   offload_step_stats step() { return step(options_.lr); }
   /// One step over the accepted gradients with learning rate `rates` (one, or one per range).
   offload_step_stats step(const step_rates& rates) { return step(rates, std::span<bf16>{}); }
-  /// One step over the accepted gradients, writing the updated 16-bit weights into `model_out`.
+  /// One step over the accepted gradients, writing the updated weights (16-bit or fp32) into `model_out`.
   template <class H>
-    requires is_half_v<H>
+    requires model_copy_type<H>
   offload_step_stats step(const step_rates& rates, std::span<H> model_out) {
     check_model_out(model_out.size());
     return accepted_step(rates, model_copy<H>{model_out, {}, {}});
   }
-  /// One step over the accepted gradients that writes the updated 16-bit weights into `model` in
+  /// One step over the accepted gradients that writes the updated weights (16-bit or fp32) into `model` in
   /// the executor's device memory (size() elements): device updates write them in place, host
   /// updates into host staging (pinned for CUDA, charged to the host budget on first use), copied
   /// in on the executor's h2d stream as each update commits. All copies have landed when this
   /// returns. If one fails, the step has still completed (step_count() says so) and its typed
   /// error is rethrown: the device copy of the weights is then stale.
   template <class H>
-    requires is_half_v<H>
+    requires model_copy_type<H>
   offload_step_stats step(const step_rates& rates, device_span<H> model) {
     check_model_out(model.size());
     STRATA_EXPECTS(!model.empty(), config_error, "offloaded_adamw::step: empty device model copy");
