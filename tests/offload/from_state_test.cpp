@@ -100,6 +100,40 @@ TEST_CASE("the run-time optimizer starts from existing state too, and reads back
   CHECK(same_bits(vmax, ref.vmax));
 }
 
+TEST_CASE("the run-time optimizer writes the updated weights into an fp32, bf16 or fp16 model copy in the step") {
+  const std::size_t n = 700;
+  strata::offloaded_adamw_config c;
+  c.paths.resize(1);
+  c.offload.subgroup_elems = 256;
+  c.offload.threads = 2;
+  const auto params = random_params(n, 11);
+  auto opt = strata::make_offloaded_adamw(c, params);
+  std::vector<float> f32(n, -1.0f);
+  std::vector<strata::bf16> b16(n);
+  std::vector<strata::fp16> h16(n);
+  std::vector<float> master(n);
+  for (int t = 0; t < 3; ++t) {
+    const auto g = random_grads<strata::bf16>(n, 90 + static_cast<std::uint64_t>(t));
+    if (t == 0) opt->step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<float>(f32)});
+    if (t == 1) {
+      opt->accept_gradients_at(0, std::span<const strata::bf16>(g).first(300));
+      opt->accept_gradients_at(300, std::span<const strata::bf16>(g).subspan(300));
+      opt->step(1e-3, strata::host_model_span{std::span<strata::bf16>(b16)});
+    }
+    if (t == 2) opt->step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<strata::fp16>(h16)});
+    opt->read_master(master);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (t == 0) REQUIRE(same_bits(std::span<const float>(&f32[i], 1), std::span<const float>(&master[i], 1)));
+      if (t == 1) REQUIRE(b16[i].bits == strata::bf16(master[i]).bits);
+      if (t == 2) REQUIRE(h16[i].bits == strata::fp16(master[i]).bits);
+    }
+  }
+  std::vector<float> wrong(n - 1);
+  CHECK_THROWS_AS(opt->step(std::span<const float>(std::vector<float>(n)), 1e-3,
+                            strata::host_model_span{std::span<float>(wrong)}),
+                  strata::config_error);
+}
+
 TEST_CASE("existing state that does not fit is a config_error naming the array and index, and nothing is written") {
   const std::size_t n = 100;
   const auto p = random_params(n, 9);

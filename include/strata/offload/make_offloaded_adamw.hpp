@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
@@ -85,6 +86,10 @@ struct offloaded_adamw_config {
   std::uint64_t integrity_block_bytes = 64 * 1024;
 };
 
+/// A host model copy that a step writes the updated weights into, in the model's own type (fp32
+/// exactly; bf16 and fp16 rounded to nearest even), size() elements.
+using host_model_span = std::variant<std::span<float>, std::span<bf16>, std::span<fp16>>;
+
 /// A run-time configured offloaded_adamw (see offloaded_adamw for each member's contract).
 class any_offloaded_adamw {
  public:
@@ -93,6 +98,10 @@ class any_offloaded_adamw {
   virtual offload_step_stats step(std::span<const float> grads, const step_rates& rates) = 0;
   virtual offload_step_stats step(std::span<const bf16> grads, const step_rates& rates) = 0;
   virtual offload_step_stats step(std::span<const fp16> grads, const step_rates& rates) = 0;
+  /// One step that also writes the updated weights into `model` in the same pass (no read-back).
+  virtual offload_step_stats step(std::span<const float> grads, const step_rates& rates, host_model_span model) = 0;
+  virtual offload_step_stats step(std::span<const bf16> grads, const step_rates& rates, host_model_span model) = 0;
+  virtual offload_step_stats step(std::span<const fp16> grads, const step_rates& rates, host_model_span model) = 0;
   /// Hands over gradients of parameters [first, first + grads.size()) as backward produces them
   /// (with the zero_infinity preset they are widened and written to the tier now).
   virtual void accept_gradients_at(std::size_t first, std::span<const float> grads) = 0;
@@ -100,6 +109,8 @@ class any_offloaded_adamw {
   virtual void accept_gradients_at(std::size_t first, std::span<const fp16> grads) = 0;
   /// One step over the gradients handed to accept_gradients_at.
   virtual offload_step_stats step(const step_rates& rates) = 0;
+  /// As above, writing the updated weights into `model`.
+  virtual offload_step_stats step(const step_rates& rates, host_model_span model) = 0;
   /// Each path's name, declared bandwidths and the bytes its completed requests moved since
   /// construction. Safe to call from another thread while a step runs (to sample throughput).
   [[nodiscard]] virtual std::vector<path_traffic> path_totals() const = 0;
@@ -190,10 +201,22 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   offload_step_stats step(std::span<const float> g, const step_rates& r) override { return opt_->step(g, r); }
   offload_step_stats step(std::span<const bf16> g, const step_rates& r) override { return opt_->step(g, r); }
   offload_step_stats step(std::span<const fp16> g, const step_rates& r) override { return opt_->step(g, r); }
+  offload_step_stats step(std::span<const float> g, const step_rates& r, host_model_span m) override {
+    return std::visit([&](auto out) { return opt_->step(g, r, out); }, m);
+  }
+  offload_step_stats step(std::span<const bf16> g, const step_rates& r, host_model_span m) override {
+    return std::visit([&](auto out) { return opt_->step(g, r, out); }, m);
+  }
+  offload_step_stats step(std::span<const fp16> g, const step_rates& r, host_model_span m) override {
+    return std::visit([&](auto out) { return opt_->step(g, r, out); }, m);
+  }
   void accept_gradients_at(std::size_t first, std::span<const float> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const bf16> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const fp16> g) override { opt_->accept_gradients_at(first, g); }
   offload_step_stats step(const step_rates& r) override { return opt_->step(r); }
+  offload_step_stats step(const step_rates& r, host_model_span m) override {
+    return std::visit([&](auto out) { return opt_->step(r, out); }, m);
+  }
   [[nodiscard]] std::vector<path_traffic> path_totals() const override {
     const auto done = striped_ != nullptr ? striped_->completed_bytes() : tier_.completed_bytes();
     std::vector<path_traffic> v(done.size());

@@ -180,7 +180,8 @@ adamw_step_report adamw_step_cpu(std::span<const adamw_group<G, H>> groups, cons
 
 /// The gradient and model-copy types strata's steps use, as X(G, H) for each pair.
 #define STRATA_ADAMW_TYPE_PAIRS(X) \
-  X(float, bf16) X(bf16, bf16) X(fp16, fp16) X(float, fp16) X(bf16, fp16) X(fp16, bf16)
+  X(float, bf16) X(bf16, bf16) X(fp16, fp16) X(float, fp16) X(bf16, fp16) X(fp16, bf16) \
+  X(float, float) X(bf16, float) X(fp16, float)
 
 #if STRATA_EXTERN_TEMPLATES
 // Compiled once, in cmake/strata_instances.cpp (see STRATA_EXTERN_TEMPLATES in core/config.hpp).
