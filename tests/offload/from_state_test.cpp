@@ -134,6 +134,30 @@ TEST_CASE("the run-time optimizer writes the updated weights into an fp32, bf16 
                   strata::config_error);
 }
 
+TEST_CASE("discarded gradients may be handed over again, and the step uses only the new ones") {
+  const std::size_t n = 500;
+  strata::offloaded_adamw_config c;
+  c.paths.resize(1);
+  c.offload.subgroup_elems = 128;
+  c.offload.threads = 2;
+  const auto params = random_params(n, 12);
+  auto opt = strata::make_offloaded_adamw(c, params);
+  auto twin = strata::make_offloaded_adamw(c, params);
+  const auto stale = random_grads<float>(n, 7);
+  const auto g = random_grads<float>(n, 8);
+  opt->accept_gradients_at(100, std::span<const float>(stale).subspan(100, 250));
+  CHECK_THROWS_AS(opt->accept_gradients_at(0, std::span<const float>(g)), strata::config_error);  // overlaps
+  opt->discard_gradients();
+  CHECK_THROWS_AS(opt->step(1e-3), strata::config_error);  // nothing handed over now
+  opt->accept_gradients_at(0, std::span<const float>(g));
+  opt->step(1e-3);
+  twin->step(std::span<const float>(g), 1e-3);
+  std::vector<float> a(n), b(n);
+  opt->read_master(a);
+  twin->read_master(b);
+  CHECK(same_bits(a, b));
+}
+
 TEST_CASE("existing state that does not fit is a config_error naming the array and index, and nothing is written") {
   const std::size_t n = 100;
   const auto p = random_params(n, 9);

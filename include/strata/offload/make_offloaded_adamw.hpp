@@ -107,6 +107,8 @@ class any_offloaded_adamw {
   virtual void accept_gradients_at(std::size_t first, std::span<const float> grads) = 0;
   virtual void accept_gradients_at(std::size_t first, std::span<const bf16> grads) = 0;
   virtual void accept_gradients_at(std::size_t first, std::span<const fp16> grads) = 0;
+  /// Drops the gradients handed over since the last step (offloaded_adamw::discard_gradients).
+  virtual void discard_gradients() = 0;
   /// One step over the gradients handed to accept_gradients_at.
   virtual offload_step_stats step(const step_rates& rates) = 0;
   /// As above, writing the updated weights into `model`.
@@ -213,6 +215,7 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   void accept_gradients_at(std::size_t first, std::span<const float> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const bf16> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const fp16> g) override { opt_->accept_gradients_at(first, g); }
+  void discard_gradients() override { opt_->discard_gradients(); }
   offload_step_stats step(const step_rates& r) override { return opt_->step(r); }
   offload_step_stats step(const step_rates& r, host_model_span m) override {
     return std::visit([&](auto out) { return opt_->step(r, out); }, m);

@@ -165,6 +165,18 @@ class offload_core {
         }));
   }
 
+  /// Drops the gradients handed over since the last step (a batch the caller decided to skip,
+  /// or a backward that failed part-way), so every gradient may be handed over again. Copies from
+  /// device memory still in flight are waited for first; a failed one is not an error here.
+  void discard_gradients() {
+    try {
+      land_device_gradients();
+    } catch (const std::exception&) {  // those gradients are being dropped anyway
+    }
+    s_->intake.reset();
+    track_norm();
+  }
+
   /// One step over the gradients given to accept_gradients, with the options' lr.
   offload_step_stats step() { return step(options_.lr); }
   /// One step over the accepted gradients with learning rate `rates` (one, or one per range).
