@@ -95,3 +95,30 @@ if(NOT STRATA_ENABLE_URING_MODE STREQUAL "OFF")
       "Or configure with -DSTRATA_ENABLE_URING=OFF to use the POSIX backend only.")
   endif()
 endif()
+
+# --- Python front (optional) --------------------------------------------------------------------
+# strata's own build and the wheel (scikit-build-core sets SKBUILD) build it; a consumer's
+# add_subdirectory never does. Without a named Python, the virtual environment that
+# tools/install-deps.sh makes in the source tree is used (it sees Debian's torch).
+set(STRATA_HAS_PYTHON OFF)
+if(NOT STRATA_BUILD_PYTHON_MODE STREQUAL "OFF" AND (PROJECT_IS_TOP_LEVEL OR SKBUILD))
+  if(NOT DEFINED Python_EXECUTABLE AND EXISTS "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+    set(Python_EXECUTABLE "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH "Python of the Python front")
+  endif()
+  find_package(Python 3.9 COMPONENTS Interpreter Development.Module QUIET)
+  if(Python_FOUND)
+    execute_process(COMMAND "${Python_EXECUTABLE}" -m nanobind --cmake_dir
+                    OUTPUT_VARIABLE _strata_nb_dir OUTPUT_STRIP_TRAILING_WHITESPACE
+                    RESULT_VARIABLE _strata_nb_rc ERROR_QUIET)
+    if(_strata_nb_rc EQUAL 0)
+      find_package(nanobind CONFIG QUIET PATHS "${_strata_nb_dir}" NO_DEFAULT_PATH)
+    endif()
+  endif()
+  if(nanobind_FOUND)
+    set(STRATA_HAS_PYTHON ON)
+  elseif(STRATA_BUILD_PYTHON_MODE STREQUAL "ON")
+    message(FATAL_ERROR "STRATA_BUILD_PYTHON is ON but Python development files or nanobind were not found.\n"
+                        "On Debian: tools/install-deps.sh (python3-dev, and a .venv with nanobind from PyPI);\n"
+                        "elsewhere: pip install nanobind, and pass -DPython_EXECUTABLE=<that python>.")
+  endif()
+endif()

@@ -2,7 +2,11 @@
 # Installs the Debian/Ubuntu packages that strata's build, tests and benchmarks need, and only
 # those that are missing (so it is quick and offline when everything is there).
 # The CUDA toolkit is optional and not installed here: when nvcc is present, CUDA sources build.
+# Then the Python front's environment: .venv in the repository root, made from Debian's python3
+# with its site packages (Debian's torch and pytest), holding nanobind and scikit-build-core from
+# PyPI. strata's CMake build uses that Python unless -DPython_EXECUTABLE names another.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(
   cmake ninja-build g++ pkg-config
@@ -14,7 +18,21 @@ packages=(
   libbenchmark-dev     # benchmarks
   libopenmpi-dev openmpi-bin  # examples/mpi_train and its tests (optional: skipped without MPI)
   ccache               # compiler cache for strata's own builds (optional: STRATA_COMPILER_CACHE)
+  python3-dev python3-venv  # the Python front: headers for its native module, and its .venv
+  python3-torch python3-pytest  # the Python front's tests and example (Debian's torch: CPU only)
 )
+
+# The Python front's .venv (see the file comment); quick and offline once it is there.
+python_env() {
+  local venv="$root/.venv"
+  if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c "import nanobind, scikit_build_core" 2>/dev/null; then
+    echo "install-deps: $venv ready"
+    return
+  fi
+  echo "install-deps: making $venv (nanobind and scikit-build-core from PyPI)"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check nanobind scikit-build-core
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -24,6 +42,7 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#packages[@]} packages present"
+  python_env
   exit 0
 fi
 
@@ -37,3 +56,4 @@ fi
 echo "install-deps: installing ${missing[*]}"
 "${sudo[@]}" apt-get update -qq
 DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+python_env

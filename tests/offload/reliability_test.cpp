@@ -131,6 +131,35 @@ TEST_CASE("save() removes only data files its own manifests named, never a user'
   CHECK(back.step_count() == 1);
 }
 
+TEST_CASE("verify_checkpoint reads a whole checkpoint back and names the first damaged subgroup") {
+  temp_dir dir(fs::temp_directory_path(), "ckpt");
+  const auto ck = dir.path() / "ckpt";
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  host_opt opt(tier, random_params(n, 5), {}, small_options());
+  const auto g = random_grads<strata::bf16>(n, 6);
+  opt.step(std::span<const strata::bf16>(g), 1e-3);
+  opt.save(ck);
+  CHECK(strata::verify_checkpoint(ck).step == 1);
+  const auto data = ck / strata::read_checkpoint_manifest(ck).data_file;
+  {
+    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(3 * (fs::file_size(data) / 10) + 5);  // inside subgroup 3
+    f.seekg(at);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(at);
+    f.write(&c, 1);
+  }
+  try {
+    (void)strata::verify_checkpoint(ck);
+    FAIL("a damaged checkpoint passed verification");
+  } catch (const strata::integrity_error& e) {
+    CHECK(std::string(e.what()).find("subgroup 3") != std::string::npos);
+  }
+  CHECK_THROWS_AS((void)strata::verify_checkpoint(dir.path() / "missing"), strata::io_error);
+}
+
 TEST_CASE("Adam without a weight_decay gets PyTorch's default for its mode") {
   strata::adamw_options adamw;
   CHECK(adamw.decay() == 1e-2);

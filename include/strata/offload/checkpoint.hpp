@@ -257,4 +257,20 @@ class checkpoint_reader {
   std::vector<std::uint64_t> offsets_;
 };
 
+/// Reads every byte of the checkpoint in `dir` and checks it against the manifest's checksums,
+/// without loading it anywhere (one subgroup's worth of memory): integrity_error names the first
+/// damaged subgroup, io_error a missing file. For a caller that must not give up a running
+/// optimizer for a checkpoint that turns out to be damaged half-way through loading it.
+inline checkpoint_manifest verify_checkpoint(const std::filesystem::path& dir) {
+  auto m = read_checkpoint_manifest(dir);
+  const std::size_t subgroups = m.subgroup_bytes.size();
+  const checkpoint_reader reader(dir, m, subgroups, [&](std::size_t s) { return m.subgroup_bytes[s]; });
+  std::uint64_t largest = 0;
+  for (const auto b : m.subgroup_bytes) largest = std::max(largest, b);
+  std::vector<std::byte> buf(static_cast<std::size_t>(largest));
+  for (std::size_t s = 0; s < subgroups; ++s)
+    reader.read(s, std::span<std::byte>(buf.data(), static_cast<std::size_t>(m.subgroup_bytes[s])));
+  return m;
+}
+
 }  // namespace strata

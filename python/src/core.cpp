@@ -1,0 +1,497 @@
+// strata._core: the native half of the Python front. It wraps the run-time optimizer
+// (any_offloaded_adamw) and takes tensors through DLPack (nanobind's ndarray), so any framework's
+// CPU tensors cross without a copy and nothing links against libtorch. The GIL is released
+// while strata works (steps, gradient hand-over, save, load, reads).
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <strata/core/error.hpp>
+#include <strata/core/half.hpp>
+#include <strata/offload/make_offloaded_adamw.hpp>
+#include <strata/version.hpp>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// --- errors -----------------------------------------------------------------------------------
+
+// strata's typed errors as Python classes (created at import, kept for the module's life).
+struct error_classes {
+  PyObject* error = nullptr;
+  PyObject* config = nullptr;
+  PyObject* busy = nullptr;
+  PyObject* foreign_file = nullptr;
+  PyObject* capacity = nullptr;
+  PyObject* io = nullptr;
+  PyObject* integrity = nullptr;
+  PyObject* stream = nullptr;
+  PyObject* cuda = nullptr;
+};
+error_classes errors;
+
+PyObject* new_error_class(nb::module_& m, const char* name, const char* doc, std::initializer_list<PyObject*> bases) {
+  PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(bases.size()));
+  Py_ssize_t i = 0;
+  for (PyObject* b : bases) {
+    Py_INCREF(b);
+    PyTuple_SET_ITEM(tuple, i++, b);
+  }
+  const std::string qualified = std::string("strata.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, tuple, nullptr);
+  Py_DECREF(tuple);
+  if (cls == nullptr) throw nb::python_error();
+  m.attr(name) = nb::handle(cls);
+  return cls;
+}
+
+void translate(const std::exception_ptr& p, void*) {
+  // Most derived first; the text is strata's message, which names the thing that failed.
+  try {
+    std::rethrow_exception(p);
+  } catch (const strata::foreign_file_error& e) {
+    PyErr_SetString(errors.foreign_file, e.what());
+  } catch (const strata::busy_error& e) {
+    PyErr_SetString(errors.busy, e.what());
+  } catch (const strata::config_error& e) {
+    PyErr_SetString(errors.config, e.what());
+  } catch (const strata::capacity_error& e) {
+    PyErr_SetString(errors.capacity, e.what());
+  } catch (const strata::integrity_error& e) {
+    PyErr_SetString(errors.integrity, e.what());
+  } catch (const strata::io_error& e) {
+    PyErr_SetString(errors.io, e.what());
+  } catch (const strata::cuda_error& e) {
+    PyErr_SetString(errors.cuda, e.what());
+  } catch (const strata::stream_error& e) {
+    PyErr_SetString(errors.stream, e.what());
+  } catch (const strata::error& e) {
+    PyErr_SetString(errors.error, e.what());
+  }
+}
+
+[[noreturn]] void config_fail(const std::string& what) { throw strata::config_error(what); }
+
+// --- arrays -----------------------------------------------------------------------------------
+
+// Any dtype and shape; checked here so the message names the argument.
+using array = nb::ndarray<>;
+
+enum class dtype_kind { f32, bf16, f16 };
+
+dtype_kind kind_of(const array& a, const char* what) {
+  const nb::dlpack::dtype d = a.dtype();
+  if (d == nb::dtype<float>()) return dtype_kind::f32;
+  if (d.bits == 16 && d.lanes == 1 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat))
+    return dtype_kind::bf16;
+  if (d.bits == 16 && d.lanes == 1 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float))
+    return dtype_kind::f16;
+  config_fail(fmt::format("strata: {} has an unsupported dtype (code {}, {} bits); use float32, bfloat16 or float16",
+                          what, d.code, d.bits));
+}
+
+// The array's elements as one contiguous run in host memory (any shape, C order, no gaps).
+void check_flat(const array& a, const char* what) {
+  if (a.device_type() != nb::device::cpu::value)
+    config_fail(fmt::format("strata: {} lives on device type {} (id {}); this build takes host tensors (the "
+                            "Python front stages CUDA tensors itself)",
+                            what, a.device_type(), a.device_id()));
+  std::int64_t expect = 1;
+  for (std::size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expect)
+      config_fail(fmt::format("strata: {} is not contiguous (dimension {} has stride {}, expected {})", what, i,
+                              a.stride(i), expect));
+    expect *= static_cast<std::int64_t>(a.shape(i));
+  }
+}
+
+template <class T>
+std::span<T> span_of(const array& a) {
+  return {static_cast<T*>(a.data()), a.size()};
+}
+
+std::span<const float> floats(const array& a, const char* what) {
+  check_flat(a, what);
+  if (kind_of(a, what) != dtype_kind::f32) config_fail(fmt::format("strata: {} must be float32", what));
+  return span_of<const float>(a);
+}
+
+std::optional<array> optional_array(const nb::handle& h) {
+  if (h.is_none()) return std::nullopt;
+  return nb::cast<array>(h, false);
+}
+
+strata::host_model_span model_span(const array& a) {
+  check_flat(a, "the model copy");
+  switch (kind_of(a, "the model copy")) {
+    case dtype_kind::f32: return span_of<float>(a);
+    case dtype_kind::bf16: return span_of<strata::bf16>(a);
+    case dtype_kind::f16: break;
+  }
+  return span_of<strata::fp16>(a);
+}
+
+// --- configuration ----------------------------------------------------------------------------
+
+template <class T>
+T take(nb::dict& d, const char* key, T fallback) {
+  if (!d.contains(key)) return fallback;
+  nb::object v = d[key];
+  PyDict_DelItemString(d.ptr(), key);
+  if (v.is_none()) return fallback;
+  try {
+    return nb::cast<T>(v);
+  } catch (const nb::cast_error&) {
+    config_fail(fmt::format("strata: option '{}' has the wrong type ({})", key,
+                            nb::cast<std::string>(nb::str(v.type()))));
+  }
+}
+
+strata::offload_path_config path_of(nb::handle h, std::size_t i) {
+  strata::offload_path_config p;
+  if (nb::isinstance<nb::dict>(h)) {
+    nb::dict d = nb::borrow<nb::dict>(h);
+    d = nb::dict(d);  // a copy: take() removes the keys it reads
+    p.directory = take<std::string>(d, "directory", "");
+    p.name = take<std::string>(d, "name", "");
+    p.read_cap = take<double>(d, "read_cap", 0);
+    p.write_cap = take<double>(d, "write_cap", 0);
+    p.read_bandwidth = take<double>(d, "read_bandwidth", 0);
+    p.write_bandwidth = take<double>(d, "write_bandwidth", 0);
+    if (d.size() != 0)
+      config_fail(fmt::format("strata: path {} has unknown keys {}", i, nb::cast<std::string>(nb::str(d.keys()))));
+    return p;
+  }
+  if (h.is_none()) return p;  // host memory
+  p.directory = nb::cast<std::string>(nb::str(h));  // str or os.PathLike (its str is the path)
+  return p;
+}
+
+strata::offloaded_adamw_config config_of(nb::dict options) {
+  nb::dict d(options);
+  strata::offloaded_adamw_config c;
+  c.preset = take<std::string>(d, "preset", c.preset);
+  if (d.contains("paths")) {
+    nb::object paths = d["paths"];
+    PyDict_DelItemString(d.ptr(), "paths");
+    std::size_t i = 0;
+    for (nb::handle h : paths) c.paths.push_back(path_of(h, i++));
+  }
+  auto& a = c.adamw;
+  a.lr = take<double>(d, "lr", a.lr);
+  a.beta1 = take<double>(d, "beta1", a.beta1);
+  a.beta2 = take<double>(d, "beta2", a.beta2);
+  a.eps = take<double>(d, "eps", a.eps);
+  if (d.contains("weight_decay")) a.weight_decay = take<double>(d, "weight_decay", 0.0);
+  a.decoupled = take<bool>(d, "decoupled", a.decoupled);
+  a.amsgrad = take<bool>(d, "amsgrad", a.amsgrad);
+  a.maximize = take<bool>(d, "maximize", a.maximize);
+  auto& o = c.offload;
+  o.subgroup_elems = take<std::size_t>(d, "subgroup_size", o.subgroup_elems);
+  o.host_cache_bytes = take<std::uint64_t>(d, "cache_bytes", o.host_cache_bytes);
+  if (d.contains("cache_subgroups")) o.cache_subgroups = take<std::size_t>(d, "cache_subgroups", 0);
+  o.host_memory_budget = take<std::uint64_t>(d, "host_memory_budget", o.host_memory_budget);
+  o.prefetch_depth = take<std::size_t>(d, "prefetch_depth", o.prefetch_depth);
+  o.write_behind_depth = take<std::size_t>(d, "write_behind_depth", o.write_behind_depth);
+  o.threads = take<std::size_t>(d, "threads", o.threads);
+  const std::string residency = take<std::string>(d, "gradients", "host");
+  if (residency != "host" && residency != "tier")
+    config_fail(fmt::format("strata: gradients='{}' (expected 'host' or 'tier')", residency));
+  o.gradients = residency == "host" ? strata::gradient_residency::host : strata::gradient_residency::tier;
+  o.max_grad_norm = take<double>(d, "max_grad_norm", o.max_grad_norm);
+  o.loss_scaling.enabled = take<bool>(d, "loss_scaling", false);
+  o.loss_scaling.init_scale = take<double>(d, "init_scale", o.loss_scaling.init_scale);
+  o.loss_scaling.growth_factor = take<double>(d, "growth_factor", o.loss_scaling.growth_factor);
+  o.loss_scaling.backoff_factor = take<double>(d, "backoff_factor", o.loss_scaling.backoff_factor);
+  o.loss_scaling.growth_interval = take<std::int64_t>(d, "growth_interval", o.loss_scaling.growth_interval);
+  o.object_prefix = take<std::string>(d, "object_prefix", o.object_prefix);
+  c.verify_integrity = take<bool>(d, "integrity", c.verify_integrity);
+  c.stripe_paths = take<bool>(d, "stripe_paths", c.stripe_paths);
+  c.node_limiter_permits = take<std::size_t>(d, "node_limiter_permits", c.node_limiter_permits);
+  if (d.size() != 0) config_fail(fmt::format("strata: unknown options {}", nb::cast<std::string>(nb::str(d.keys()))));
+  return c;
+}
+
+strata::step_rates rates_of(nb::handle h) {
+  if (!nb::isinstance<nb::list>(h) && !nb::isinstance<nb::tuple>(h)) return strata::step_rates(nb::cast<double>(h));
+  std::vector<strata::param_range> ranges;
+  for (nb::handle r : h) {
+    auto t = nb::cast<nb::tuple>(r);
+    if (t.size() != 4) config_fail("strata: a rate range is (first, count, lr, weight_decay)");
+    ranges.push_back({nb::cast<std::size_t>(t[0]), nb::cast<std::size_t>(t[1]), nb::cast<double>(t[2]),
+                      nb::cast<double>(t[3])});
+  }
+  return strata::step_rates(std::move(ranges));
+}
+
+// --- results ----------------------------------------------------------------------------------
+
+nb::list paths_of(const std::vector<strata::path_traffic>& v) {
+  nb::list out;
+  for (const auto& p : v) {
+    nb::dict d;
+    d["name"] = p.name;
+    d["read_bandwidth"] = p.read_bandwidth;
+    d["write_bandwidth"] = p.write_bandwidth;
+    d["bytes_read"] = p.bytes_read;
+    d["bytes_written"] = p.bytes_written;
+    out.append(d);
+  }
+  return out;
+}
+
+nb::dict step_stats_of(const strata::offload_step_stats& s) {
+  nb::dict d;
+  d["step"] = s.step;
+  d["subgroups"] = s.subgroups;
+  d["read_wait_s"] = s.read_wait_s;
+  d["compute_s"] = s.compute_s;
+  d["kernel_s"] = s.kernel_s;
+  d["write_wait_s"] = s.write_wait_s;
+  d["total_s"] = s.total_s;
+  d["cache_hits"] = s.cache_hits;
+  d["cache_misses"] = s.cache_misses;
+  d["bytes_read"] = s.bytes_read;
+  d["bytes_written"] = s.bytes_written;
+  d["paths"] = paths_of(s.paths);
+  d["skipped"] = s.skipped;
+  d["grad_norm"] = s.grad_norm ? nb::cast(*s.grad_norm) : nb::none();
+  d["clip"] = s.clip;
+  d["loss_scale"] = s.loss_scale;
+  return d;
+}
+
+nb::dict stats_of(const strata::offload_stats& s) {
+  nb::dict d;
+  d["steps"] = s.steps;
+  d["skipped_steps"] = s.skipped_steps;
+  d["last"] = step_stats_of(s.last);
+  d["cache_hits"] = s.cache_hits;
+  d["cache_misses"] = s.cache_misses;
+  d["bytes_read"] = s.bytes_read;
+  d["bytes_written"] = s.bytes_written;
+  d["gradient_bytes_written"] = s.gradient_bytes_written;
+  d["host_memory_used"] = s.host_memory_used;
+  d["host_memory_peak"] = s.host_memory_peak;
+  d["host_memory_budget"] = s.host_memory_budget;
+  d["cache_slots"] = s.cache_slots;
+  d["pipeline_slots"] = s.pipeline_slots;
+  return d;
+}
+
+// --- the optimizer ----------------------------------------------------------------------------
+
+class optimizer {
+ public:
+  explicit optimizer(std::unique_ptr<strata::any_offloaded_adamw> o) : o_(std::move(o)) {}
+
+  strata::any_offloaded_adamw& get() {
+    if (!o_) config_fail("strata: the optimizer was closed");
+    return *o_;
+  }
+
+  void close() noexcept { o_.reset(); }
+
+ private:
+  std::unique_ptr<strata::any_offloaded_adamw> o_;
+};
+
+std::unique_ptr<optimizer> create(const array& params, nb::handle exp_avg, nb::handle exp_avg_sq,
+                                  nb::handle max_exp_avg_sq, std::uint64_t step, nb::kwargs kw) {
+  const auto c = config_of(nb::dict(kw));
+  const auto p = floats(params, "params");
+  const auto m = optional_array(exp_avg);
+  const auto v = optional_array(exp_avg_sq);
+  const auto vmax = optional_array(max_exp_avg_sq);
+  strata::adamw_state_view state;
+  if (m) state.exp_avg = floats(*m, "exp_avg");
+  if (v) state.exp_avg_sq = floats(*v, "exp_avg_sq");
+  if (vmax) state.max_exp_avg_sq = floats(*vmax, "max_exp_avg_sq");
+  state.step = step;
+  nb::gil_scoped_release unlocked;
+  return std::make_unique<optimizer>(strata::make_offloaded_adamw(c, p, state));
+}
+
+std::unique_ptr<optimizer> load(const std::string& dir, nb::kwargs kw) {
+  const auto c = config_of(nb::dict(kw));
+  nb::gil_scoped_release unlocked;
+  return std::make_unique<optimizer>(strata::load_offloaded_adamw(c, dir));
+}
+
+void accept_gradients(optimizer& self, std::size_t first, const array& g) {
+  check_flat(g, "the gradient");
+  const dtype_kind k = kind_of(g, "the gradient");
+  auto& o = self.get();
+  nb::gil_scoped_release unlocked;
+  switch (k) {
+    case dtype_kind::f32: return o.accept_gradients_at(first, span_of<const float>(g));
+    case dtype_kind::bf16: return o.accept_gradients_at(first, span_of<const strata::bf16>(g));
+    case dtype_kind::f16: return o.accept_gradients_at(first, span_of<const strata::fp16>(g));
+  }
+}
+
+nb::dict step(optimizer& self, nb::handle rates_in, nb::handle grads_in, nb::handle model_in) {
+  const auto rates = rates_of(rates_in);
+  const auto grads = optional_array(grads_in);
+  const auto model = optional_array(model_in);
+  std::optional<strata::host_model_span> out;
+  if (model) out = model_span(*model);
+  std::optional<dtype_kind> gk;
+  if (grads) {
+    check_flat(*grads, "the gradients");
+    gk = kind_of(*grads, "the gradients");
+  }
+  auto& o = self.get();
+  strata::offload_step_stats st;
+  {
+    nb::gil_scoped_release unlocked;
+    if (!grads) {
+      st = out ? o.step(rates, *out) : o.step(rates);
+    } else {
+      auto run = [&](auto g) { return out ? o.step(g, rates, *out) : o.step(g, rates); };
+      switch (*gk) {
+        case dtype_kind::f32: st = run(span_of<const float>(*grads)); break;
+        case dtype_kind::bf16: st = run(span_of<const strata::bf16>(*grads)); break;
+        case dtype_kind::f16: st = run(span_of<const strata::fp16>(*grads)); break;
+      }
+    }
+  }
+  return step_stats_of(st);
+}
+
+std::span<float> out_floats(const array& a, const char* what) {
+  check_flat(a, what);
+  if (kind_of(a, what) != dtype_kind::f32) config_fail(fmt::format("strata: {} must be float32", what));
+  return span_of<float>(a);
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "strata's native optimizer (see strata.torch for the PyTorch optimizer)";
+  m.attr("__version__") = strata::version_string;
+
+  errors.error = new_error_class(m, "Error", "Base of strata's errors; the text names what failed.", {PyExc_RuntimeError});
+  errors.config = new_error_class(m, "ConfigError", "An invalid option, argument or call order.",
+                                  {errors.error, PyExc_ValueError});
+  errors.busy = new_error_class(m, "BusyError", "A resource (a directory, an object prefix) is in use by another owner.",
+                                {errors.error});
+  errors.foreign_file = new_error_class(
+      m, "ForeignFileError", "A file strata did not create is in the way (strata never deletes it).", {errors.busy});
+  errors.capacity = new_error_class(m, "CapacityError", "A tier or a memory budget is full.", {errors.error});
+  errors.io = new_error_class(m, "IOError", "A read, write or sync failed; the text has the path and errno.",
+                              {errors.error, PyExc_OSError});
+  errors.integrity = new_error_class(m, "IntegrityError",
+                                     "Stored state failed its checksum or a checkpoint is damaged or incomplete.",
+                                     {errors.error});
+  errors.stream = new_error_class(m, "StreamError", "An asynchronous transfer failed.", {errors.error});
+  errors.cuda = new_error_class(m, "CudaError", "A CUDA call failed.", {errors.stream});
+  nb::register_exception_translator(translate);
+
+  m.def(
+      "verify_checkpoint",
+      [](const std::string& dir) {
+        std::uint64_t step = 0;
+        {
+          nb::gil_scoped_release unlocked;
+          step = strata::verify_checkpoint(dir).step;
+        }
+        return step;
+      },
+      "directory"_a, "Reads the whole checkpoint back against its checksums; returns its step (IntegrityError if damaged).");
+
+  m.def(
+      "validate_state",
+      [](std::size_t params, bool amsgrad, const array& m_in, const array& v_in, nb::handle vmax_in) {
+        strata::adamw_state_view st;
+        st.exp_avg = floats(m_in, "exp_avg");
+        st.exp_avg_sq = floats(v_in, "exp_avg_sq");
+        const auto vmax = optional_array(vmax_in);
+        if (vmax) st.max_exp_avg_sq = floats(*vmax, "max_exp_avg_sq");
+        nb::gil_scoped_release unlocked;
+        st.validate(params, amsgrad, "strata");
+      },
+      "params"_a, "amsgrad"_a, "exp_avg"_a, "exp_avg_sq"_a, "max_exp_avg_sq"_a = nb::none(),
+      "Checks AdamW state before it replaces anything (ConfigError naming the array and index).");
+
+  nb::class_<optimizer>(m, "Optimizer",
+                        "strata's offloaded AdamW over flat fp32 parameters (the state lives on the paths).")
+      .def_static("create", &create, "params"_a, "exp_avg"_a = nb::none(), "exp_avg_sq"_a = nb::none(),
+                  "max_exp_avg_sq"_a = nb::none(), "step"_a = 0, "options"_a,
+                  "Builds the optimizer from fp32 parameters (and, optionally, existing AdamW moments and step).")
+      .def_static("load", &load, "directory"_a, "options"_a, "Restores the checkpoint in `directory` onto the paths.")
+      .def("accept_gradients", &accept_gradients, "first"_a, "grads"_a,
+           "Hands over gradients of parameters [first, first + grads.numel()) for the next step.")
+      .def("discard_gradients",
+           [](optimizer& self) {
+             auto& o = self.get();
+             nb::gil_scoped_release unlocked;
+             o.discard_gradients();
+           })
+      .def("step", &step, "rates"_a, "grads"_a = nb::none(), "model"_a = nb::none(),
+           "One step: `rates` is a learning rate or a list of (first, count, lr, weight_decay); `grads` all "
+           "gradients (or None: those handed over); `model` receives the updated weights in its own dtype.")
+      .def("read_master",
+           [](optimizer& self, const array& out) {
+             auto s = out_floats(out, "the master weights' output");
+             auto& o = self.get();
+             nb::gil_scoped_release unlocked;
+             o.read_master(s);
+           })
+      .def("read_moments",
+           [](optimizer& self, const array& m_out, const array& v_out) {
+             auto ms = out_floats(m_out, "exp_avg's output");
+             auto vs = out_floats(v_out, "exp_avg_sq's output");
+             auto& o = self.get();
+             nb::gil_scoped_release unlocked;
+             o.read_moments(ms, vs);
+           })
+      .def("read_max_exp_avg_sq",
+           [](optimizer& self, const array& out) {
+             auto s = out_floats(out, "max_exp_avg_sq's output");
+             auto& o = self.get();
+             nb::gil_scoped_release unlocked;
+             o.read_max_exp_avg_sq(s);
+           })
+      .def("save",
+           [](optimizer& self, const std::string& dir) {
+             auto& o = self.get();
+             nb::gil_scoped_release unlocked;
+             o.save(dir);
+           })
+      .def("flush",
+           [](optimizer& self) {
+             auto& o = self.get();
+             nb::gil_scoped_release unlocked;
+             o.flush();
+           })
+      .def("remove_state",
+           [](optimizer& self) {
+             auto& o = self.get();
+             nb::gil_scoped_release unlocked;
+             return o.remove_state();
+           })
+      .def("close", &optimizer::close, "Releases the paths (the state stays; save() first to keep it).")
+      .def("stats", [](optimizer& self) { return stats_of(self.get().stats()); })
+      .def("path_totals", [](optimizer& self) { return paths_of(self.get().path_totals()); })
+      .def_prop_ro("step_count", [](optimizer& self) { return self.get().step_count(); })
+      .def_prop_ro("loss_scale", [](optimizer& self) { return self.get().loss_scale(); })
+      .def_prop_ro("size", [](optimizer& self) { return self.get().size(); })
+      .def_prop_ro("preset", [](optimizer& self) { return std::string(self.get().preset()); })
+      .def_prop_ro("subgroup_size", [](optimizer& self) { return self.get().offload().subgroup_elems; });
+}

@@ -1,0 +1,431 @@
+"""strata.torch.OffloadedAdamW against torch.optim.AdamW(foreach=False), its hand-over modes,
+schedulers, checkpoints (strata's and torch's format) and its typed errors."""
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import strata  # noqa: E402
+from strata.torch import OffloadedAdamW  # noqa: E402
+
+# Agreement with torch's AdamW: the same update, with torch's own order of operations differing
+# between releases (mul_/add_ in 1.13, lerp_ later), measured as max |a - b| / max |a| per tensor.
+REL = 1e-6
+SUBGROUP = 300  # parameters per subgroup: subgroups cross the parameters' boundaries
+
+
+def make_model(dtype=torch.float32, device="cpu", seed=0):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Tanh(), torch.nn.Linear(40, 8))
+    return m.to(dtype=dtype, device=device)
+
+
+def groups(model, lr=2e-2):
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    return [{"params": weights, "lr": lr, "weight_decay": 0.1}, {"params": biases, "lr": lr / 2, "weight_decay": 0.0}]
+
+
+def grads_for(model, step):
+    """Gradients fixed by the step number, the same whatever the weights are."""
+    g = torch.Generator().manual_seed(1000 + step)
+    return [torch.randn(p.shape, generator=g).to(dtype=p.dtype, device=p.device) for p in model.parameters()]
+
+
+def backward_with(model, grads):
+    """A backward whose gradient for each parameter is exactly `grads` (d/dp sum(p * g) = g)."""
+    loss = sum((p * g).sum() for p, g in zip(model.parameters(), grads))
+    loss.backward()
+
+
+def strata_opt(model, tmp_path, **kw):
+    args = dict(paths=[tmp_path / "nvme", tmp_path / "pfs"], subgroup_size=SUBGROUP, threads=2)
+    args.update(kw)
+    params = args.pop("params", None) or groups(model)
+    return OffloadedAdamW(params, **args)
+
+
+def train(model, opt, steps, first=0, scheduler=None, set_grads=False):
+    for t in range(first, first + steps):
+        opt.zero_grad()
+        g = grads_for(model, t)
+        if set_grads:
+            for p, gi in zip(model.parameters(), g):
+                p.grad = gi.clone()
+        else:
+            backward_with(model, g)
+        opt.step()
+        if scheduler is not None:
+            scheduler.step()
+
+
+def max_rel(a_model, b_model):
+    worst = 0.0
+    for a, b in zip(a_model.parameters(), b_model.parameters()):
+        a, b = a.detach().float().cpu(), b.detach().float().cpu()
+        worst = max(worst, ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item())
+    return worst
+
+
+def same(a_model, b_model):
+    return all(torch.equal(a, b) for a, b in zip(a_model.parameters(), b_model.parameters()))
+
+
+@pytest.mark.parametrize("handover", ["backward", "step"])
+def test_matches_torch_adamw_with_two_groups_a_scheduler_and_subgroups_across_parameters(tmp_path, handover):
+    ref_model, model = make_model(), make_model()
+    ref = torch.optim.AdamW(groups(ref_model), foreach=False)
+    opt = strata_opt(model, tmp_path, handover=handover)
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref, step_size=3, gamma=0.5)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    train(ref_model, ref, 10, scheduler=ref_sched)
+    train(model, opt, 10, scheduler=sched)
+    assert opt.native.step_count == 10
+    assert opt.param_groups[0]["lr"] == ref.param_groups[0]["lr"]
+    assert max_rel(ref_model, model) < REL
+
+
+def test_hook_and_step_handover_are_bit_identical(tmp_path):
+    a, b = make_model(), make_model()
+    oa = strata_opt(a, tmp_path / "a", handover="backward")
+    ob = strata_opt(b, tmp_path / "b", handover="step")
+    train(a, oa, 5)
+    train(b, ob, 5, set_grads=True)
+    assert same(a, b)
+
+
+def _schedulers():
+    S = torch.optim.lr_scheduler
+    out = {
+        "LambdaLR": lambda o: S.LambdaLR(o, lambda e: 0.9 ** e),
+        "MultiplicativeLR": lambda o: S.MultiplicativeLR(o, lambda e: 0.95),
+        "StepLR": lambda o: S.StepLR(o, step_size=2, gamma=0.5),
+        "MultiStepLR": lambda o: S.MultiStepLR(o, milestones=[1, 3], gamma=0.3),
+        "ConstantLR": lambda o: S.ConstantLR(o, factor=0.5, total_iters=2),
+        "LinearLR": lambda o: S.LinearLR(o, start_factor=0.2, total_iters=3),
+        "ExponentialLR": lambda o: S.ExponentialLR(o, gamma=0.8),
+        "CosineAnnealingLR": lambda o: S.CosineAnnealingLR(o, T_max=4),
+        "CosineAnnealingWarmRestarts": lambda o: S.CosineAnnealingWarmRestarts(o, T_0=2),
+        "CyclicLR": lambda o: S.CyclicLR(o, base_lr=1e-3, max_lr=1e-2, step_size_up=2, cycle_momentum=False),
+        "OneCycleLR": lambda o: S.OneCycleLR(o, max_lr=[2e-2, 1e-2], total_steps=10, cycle_momentum=False),
+        "SequentialLR": lambda o: S.SequentialLR(
+            o, [S.ConstantLR(o, factor=0.5, total_iters=2), S.ExponentialLR(o, gamma=0.9)], milestones=[2]),
+        "ChainedScheduler": lambda o: S.ChainedScheduler([S.ConstantLR(o, factor=0.5, total_iters=2),
+                                                          S.ExponentialLR(o, gamma=0.9)]),
+        "ReduceLROnPlateau": lambda o: S.ReduceLROnPlateau(o, patience=0, factor=0.5),
+    }
+    if hasattr(S, "PolynomialLR"):
+        out["PolynomialLR"] = lambda o: S.PolynomialLR(o, total_iters=4, power=2.0)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(_schedulers()))
+def test_every_lr_scheduler_sets_each_groups_rate(tmp_path, name):
+    make = _schedulers()[name]
+    ref_model, model = make_model(), make_model()
+    ref = torch.optim.AdamW(groups(ref_model), foreach=False)
+    opt = strata_opt(model, tmp_path)
+    rs, ss = make(ref), make(opt)
+    for t in range(6):
+        for m, o, s in ((ref_model, ref, rs), (model, opt, ss)):
+            o.zero_grad()
+            backward_with(m, grads_for(m, t))
+            o.step()
+            if name == "ReduceLROnPlateau":
+                s.step(1.0)  # a loss that never improves: the rate halves each step
+            else:
+                s.step()
+        assert [g["lr"] for g in opt.param_groups] == [g["lr"] for g in ref.param_groups]
+    assert max_rel(ref_model, model) < REL
+
+
+def test_a_scheduler_that_cycles_betas_is_a_config_error_before_any_update(tmp_path):
+    model = make_model()
+    opt = strata_opt(model, tmp_path)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=10)  # cycle_momentum=True
+    before = [p.detach().clone() for p in model.parameters()]
+    backward_with(model, grads_for(model, 0))
+    with pytest.raises(strata.ConfigError, match="betas"):
+        opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert opt.native.step_count == 0
+    del sched
+
+
+def test_gradient_accumulation_over_micro_batches_in_both_modes(tmp_path):
+    a, b = make_model(), make_model()
+    oa = strata_opt(a, tmp_path / "a", handover="backward")
+    ob = strata_opt(b, tmp_path / "b", handover="step")
+    for t in range(3):
+        for model, opt in ((a, oa), (b, ob)):
+            opt.zero_grad()
+            micro = [grads_for(model, 10 * t + k) for k in range(3)]
+            with opt.no_handover():
+                for g in micro[:-1]:
+                    backward_with(model, g)
+            backward_with(model, micro[-1])  # hands over the sum
+            opt.step()
+    assert same(a, b)
+    # Without no_handover, a second backward before step() is refused by name.
+    oa.zero_grad()
+    backward_with(a, grads_for(a, 0))
+    with pytest.raises(strata.ConfigError, match="second gradient"):
+        backward_with(a, grads_for(a, 1))
+
+
+def test_save_and_resume_is_exact(tmp_path):
+    full = make_model(torch.bfloat16)
+    of = strata_opt(full, tmp_path / "full")
+    sf = torch.optim.lr_scheduler.ExponentialLR(of, gamma=0.9)
+    train(full, of, 8, scheduler=sf)
+
+    part = make_model(torch.bfloat16)
+    op = strata_opt(part, tmp_path / "part", checkpoint_dir=tmp_path / "ckpt")
+    sp = torch.optim.lr_scheduler.ExponentialLR(op, gamma=0.9)
+    train(part, op, 4, scheduler=sp)
+    saved = {"model": part.state_dict(), "opt": op.state_dict(), "sched": sp.state_dict()}
+    torch.save(saved, tmp_path / "run.pt")
+    op.close()
+    del op, part
+
+    loaded = torch.load(tmp_path / "run.pt")
+    resumed = make_model(torch.bfloat16, seed=7)  # other weights: the checkpoint decides
+    resumed.load_state_dict(loaded["model"])
+    orr = strata_opt(resumed, tmp_path / "resumed")
+    sr = torch.optim.lr_scheduler.ExponentialLR(orr, gamma=0.9)
+    orr.load_state_dict(loaded["opt"])
+    sr.load_state_dict(loaded["sched"])
+    assert orr.native.step_count == 4
+    train(resumed, orr, 4, first=4, scheduler=sr)
+    assert same(full, resumed)
+
+
+def test_torch_adamw_state_moves_in_and_out(tmp_path):
+    # strata -> torch: torch's AdamW continues the run strata began.
+    a, b = make_model(), make_model()
+    oa = strata_opt(a, tmp_path / "a", amsgrad=True)
+    ob = strata_opt(b, tmp_path / "b", amsgrad=True)
+    train(a, oa, 3)
+    train(b, ob, 3)
+    ref = torch.optim.AdamW(groups(b), amsgrad=True, foreach=False)
+    ref.load_state_dict(ob.torch_state_dict())
+    ob.close()  # its hooks leave the parameters
+    train(a, oa, 3, first=3)
+    train(b, ref, 3, first=3)
+    assert max_rel(a, b) < REL
+    # torch -> strata: strata continues the run torch's AdamW began.
+    c, d = make_model(), make_model()
+    rc = torch.optim.AdamW(groups(c), amsgrad=True, foreach=False)
+    rd = torch.optim.AdamW(groups(d), amsgrad=True, foreach=False)
+    train(c, rc, 3)
+    train(d, rd, 3)
+    od = strata_opt(d, tmp_path / "d", amsgrad=True)
+    od.load_state_dict(rd.state_dict())
+    assert od.native.step_count == 3
+    train(c, rc, 3, first=3)
+    train(d, od, 3, first=3)
+    assert max_rel(c, d) < REL
+
+
+def test_max_grad_norm_clips_as_clip_grad_norm_does(tmp_path):
+    ref_model, model = make_model(), make_model()
+    ref = torch.optim.AdamW(groups(ref_model), foreach=False)
+    opt = strata_opt(model, tmp_path, max_grad_norm=0.5)
+    for t in range(5):
+        ref.zero_grad()
+        backward_with(ref_model, grads_for(ref_model, t))
+        torch.nn.utils.clip_grad_norm_(ref_model.parameters(), 0.5)
+        ref.step()
+        opt.zero_grad()
+        backward_with(model, grads_for(model, t))
+        opt.step()
+        assert opt.last_step_stats["clip"] < 1
+    assert max_rel(ref_model, model) < REL
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_models_hold_the_rounded_fp32_master(tmp_path, dtype):
+    ref_model, model = make_model(), make_model(dtype)
+    with torch.no_grad():
+        for r, p in zip(ref_model.parameters(), model.parameters()):
+            r.copy_(p.float())  # the same start: the 16-bit weights, widened
+    ref = torch.optim.AdamW(groups(ref_model), foreach=False)
+    opt = strata_opt(model, tmp_path)
+    for t in range(5):
+        g = grads_for(model, t)
+        opt.zero_grad()
+        backward_with(model, g)
+        opt.step()
+        ref.zero_grad()
+        backward_with(ref_model, [x.float() for x in g])
+        ref.step()
+    master = torch.empty(opt.native.size)
+    opt.native.read_master(master)
+    flat = torch.cat([p.detach().reshape(-1) for g in opt.param_groups for p in g["params"]])
+    assert torch.equal(flat, master.to(dtype))
+    assert max_rel(ref_model, model) < (1e-2 if dtype == torch.bfloat16 else 1e-3)  # the model is rounded
+    ref_flat = torch.cat([p.detach().reshape(-1) for g in ref.param_groups for p in g["params"]])
+    assert ((ref_flat - master).abs().max() / ref_flat.abs().max()).item() < REL
+
+
+def test_path_totals_name_each_path_and_count_its_bytes(tmp_path):
+    model = make_model()
+    opt = strata_opt(model, tmp_path)
+    train(model, opt, 2)
+    totals = opt.path_totals()
+    assert [t["name"] for t in totals] == [str(tmp_path / "nvme"), str(tmp_path / "pfs")]
+    assert all(t["bytes_read"] > 0 and t["bytes_written"] > 0 for t in totals)
+    stats = opt.stats()
+    assert stats["steps"] == 2 and stats["bytes_read"] == sum(t["bytes_read"] for t in totals)
+
+
+# --- bad input: a typed error, and nothing lost ------------------------------------------------
+
+
+def test_errors_are_typed_python_classes():
+    assert issubclass(strata.ConfigError, strata.Error) and issubclass(strata.ConfigError, ValueError)
+    assert issubclass(strata.IOError, strata.Error) and issubclass(strata.IOError, OSError)
+    assert issubclass(strata.ForeignFileError, strata.BusyError)
+    for cls in (strata.BusyError, strata.CapacityError, strata.IntegrityError, strata.StreamError):
+        assert issubclass(cls, strata.Error)
+
+
+def test_a_parameter_twice_is_a_config_error(tmp_path):
+    model = make_model()
+    w = model[0].weight
+    with pytest.raises(strata.ConfigError, match="appears twice"):
+        strata_opt(model, tmp_path, params=[{"params": [w]}, {"params": [w, model[0].bias]}])
+    with pytest.raises(strata.ConfigError, match="appears twice"):
+        strata_opt(model, tmp_path, params=[w, w])
+
+
+def test_a_frozen_parameter_is_a_config_error(tmp_path):
+    model = make_model()
+    model[2].bias.requires_grad_(False)
+    with pytest.raises(strata.ConfigError, match="frozen"):
+        strata_opt(model, tmp_path, params=list(model.parameters()))
+
+
+def test_mixed_dtypes_and_late_groups_are_config_errors(tmp_path):
+    model = make_model()
+    model[2].to(torch.bfloat16)
+    with pytest.raises(strata.ConfigError, match="one dtype"):
+        strata_opt(model, tmp_path / "a", params=list(model.parameters()))
+    other = make_model()
+    opt = strata_opt(other, tmp_path / "b", params=list(other[0].parameters()))
+    with pytest.raises(strata.ConfigError, match="add_param_group"):
+        opt.add_param_group({"params": list(other[2].parameters())})
+
+
+@pytest.mark.parametrize("handover", ["backward", "step"])
+def test_a_missing_gradient_at_step_is_a_config_error_that_changes_nothing(tmp_path, handover):
+    model = make_model()
+    opt = strata_opt(model, tmp_path, handover=handover)
+    train(model, opt, 1)
+    before = [p.detach().clone() for p in model.parameters()]
+    master = torch.empty(opt.native.size)
+    opt.native.read_master(master)
+    opt.zero_grad()
+    loss = model[0](torch.randn(3, 24)).sum()  # no gradient reaches model[2]
+    loss.backward()
+    with pytest.raises(strata.ConfigError, match="no gradient"):
+        opt.step()
+    after = torch.empty(opt.native.size)
+    opt.native.read_master(after)
+    assert torch.equal(master, after) and opt.native.step_count == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    train(model, opt, 1, first=1)  # and the optimizer goes on
+    assert opt.native.step_count == 2
+
+
+def test_a_directory_in_use_is_a_busy_error(tmp_path):
+    a, b = make_model(), make_model()
+    first = strata_opt(a, tmp_path)
+    with pytest.raises(strata.BusyError, match="nvme"):
+        strata_opt(b, tmp_path)
+    first.close()  # the directories are free again
+    strata_opt(b, tmp_path)
+
+
+def test_a_damaged_state_file_is_an_integrity_error_and_the_checkpoint_still_resumes(tmp_path):
+    model = make_model()
+    opt = strata_opt(model, tmp_path, paths=[tmp_path / "nvme"], checkpoint_dir=tmp_path / "ckpt")
+    train(model, opt, 2)
+    sd = opt.state_dict()
+    train(model, opt, 1, first=2)
+    state_files = sorted(f for f in os.listdir(tmp_path / "nvme") if ".sg-" in f)
+    assert state_files
+    path = tmp_path / "nvme" / state_files[1]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+    opt.zero_grad()
+    backward_with(model, grads_for(model, 3))
+    with pytest.raises(strata.IntegrityError):
+        opt.step()
+    assert opt.native.step_count == 3
+    opt.load_state_dict(sd)  # back to step 2, from the checkpoint
+    assert opt.native.step_count == 2
+    twin = make_model()
+    ot = strata_opt(twin, tmp_path / "twin")
+    train(twin, ot, 2)
+    train(model, opt, 2, first=2)
+    train(twin, ot, 2, first=2)
+    assert same(model, twin)
+
+
+def test_a_damaged_checkpoint_is_refused_and_the_running_optimizer_loses_nothing(tmp_path):
+    model, twin = make_model(), make_model()
+    opt = strata_opt(model, tmp_path / "a", checkpoint_dir=tmp_path / "ckpt")
+    ot = strata_opt(twin, tmp_path / "b")
+    train(model, opt, 2)
+    train(twin, ot, 2)
+    sd = opt.state_dict()
+    ck = sd["strata"]["checkpoint"]
+    data_file = next(f for f in os.listdir(ck) if f.endswith(".bin"))
+    p = os.path.join(ck, data_file)
+    with open(p, "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 1]))
+    with pytest.raises(strata.IntegrityError):
+        opt.load_state_dict(sd)
+    train(model, opt, 2, first=2)
+    train(twin, ot, 2, first=2)
+    assert same(model, twin)
+
+
+def test_state_dict_without_a_checkpoint_dir_says_what_to_do(tmp_path):
+    model = make_model()
+    opt = strata_opt(model, tmp_path)
+    with pytest.raises(strata.ConfigError, match="checkpoint_dir"):
+        opt.state_dict()
+
+
+# --- CUDA tensors ------------------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("handover", ["backward", "step"])
+def test_cuda_models_match_torch_adamw_on_the_device(tmp_path, handover):
+    ref_model, model = make_model(device="cuda"), make_model(device="cuda")
+    ref = torch.optim.AdamW(groups(ref_model), foreach=False)
+    opt = strata_opt(model, tmp_path, handover=handover)
+    train(ref_model, ref, 6)
+    train(model, opt, 6)
+    assert all(p.is_cuda for p in model.parameters())
+    assert max_rel(ref_model, model) < REL
+
+
+@pytest.mark.cuda
+def test_cuda_bf16_model_is_the_rounded_master_after_step(tmp_path):
+    model = make_model(torch.bfloat16, device="cuda")
+    opt = strata_opt(model, tmp_path)
+    train(model, opt, 3)
+    master = torch.empty(opt.native.size)
+    opt.native.read_master(master)
+    flat = torch.cat([p.detach().reshape(-1) for g in opt.param_groups for p in g["params"]]).cpu()
+    assert torch.equal(flat, master.to(torch.bfloat16))
