@@ -47,6 +47,26 @@ struct cuda_stream_fixture {
   device_memory device(std::size_t n) { return device_memory(n); }
 };
 
+// Streams someone else created (a framework's), wrapped without ownership: the same suite.
+struct foreign_cuda_stream_fixture : cuda_stream_fixture {
+  std::vector<cudaStream_t> raw;
+  std::unique_ptr<stream_type> make(std::string name) {
+    cudaStream_t st = nullptr;
+    STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    raw.push_back(st);
+    return stream_type::wrap(st, std::move(name));
+  }
+  foreign_cuda_stream_fixture() = default;
+  foreign_cuda_stream_fixture(const foreign_cuda_stream_fixture&) = delete;
+  foreign_cuda_stream_fixture& operator=(const foreign_cuda_stream_fixture&) = delete;
+  ~foreign_cuda_stream_fixture() {
+    for (auto st : raw) {
+      (void)cudaStreamSynchronize(st);
+      (void)cudaStreamDestroy(st);
+    }
+  }
+};
+
 struct traced_cuda_stream_fixture : cuda_stream_fixture {
   using stream_type = strata::traced<strata::cuda_stream>;
   strata::tracer trace;
@@ -83,9 +103,45 @@ struct cuda_executor_fixture {
 
 }  // namespace
 
-STRATA_STREAM_SUITE_INVOKE(cuda_stream_fixture, traced_cuda_stream_fixture);
+STRATA_STREAM_SUITE_INVOKE(cuda_stream_fixture, foreign_cuda_stream_fixture, traced_cuda_stream_fixture);
 STRATA_EXECUTOR_SUITE_INVOKE(cuda_executor_fixture<strata::cuda_stream>,
                              cuda_executor_fixture<strata::traced<strata::cuda_stream>>);
+
+TEST_CASE("a wrapped foreign event orders strata's copy after the foreign kernel; strata destroys neither handle") {
+  cudaStream_t producer = nullptr, consumer = nullptr;
+  cudaEvent_t done = nullptr;
+  STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
+  STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
+  STRATA_CUDA_TRY(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  {
+    const std::size_t n = std::size_t{1} << 24;
+    strata::cuda_device_buffer dev(n);
+    pinned_buffer host(n);
+    STRATA_CUDA_TRY(cudaMemsetAsync(dev.data(), 41, n, producer));
+    for (int i = 0; i < 8; ++i)  // long enough that an unordered copy would see 41
+      add_one_kernel<<<64, 256, 0, producer>>>(reinterpret_cast<unsigned char*>(dev.data()), n);
+    STRATA_CUDA_TRY(cudaGetLastError());
+    STRATA_CUDA_TRY(cudaEventRecord(done, producer));
+    {
+      auto s = strata::cuda_stream::wrap(consumer, "consumer");
+      CHECK_FALSE(s->owns_stream());
+      const auto e = strata::cuda_event::wrap(done);
+      CHECK_FALSE(e.owns_event());
+      s->wait(e);
+      s->copy_to_host(host.span(), std::span<const std::byte>(dev.data(), n));
+      s->sync();
+      CHECK(e.ready());
+    }
+    CHECK(static_cast<int>(host.data()[0]) == 49);
+    CHECK(static_cast<int>(host.data()[n - 1]) == 49);
+  }
+  // Both handles are still valid: the wrappers released nothing.
+  CHECK(cudaEventQuery(done) == cudaSuccess);
+  CHECK(cudaStreamQuery(consumer) == cudaSuccess);
+  CHECK(cudaEventDestroy(done) == cudaSuccess);
+  CHECK(cudaStreamDestroy(consumer) == cudaSuccess);
+  CHECK(cudaStreamDestroy(producer) == cudaSuccess);
+}
 
 TEST_CASE("a cuda_executor on traced streams measures the kernel on the compute stream") {
   using exec_t = strata::basic_cuda_executor<strata::traced<strata::cuda_stream>>;

@@ -101,6 +101,47 @@ TEST_CASE("gradients in device memory are handed over without waiting and step a
   }
 }
 
+TEST_CASE("device gradient ranges that cross subgroups, mixed with host ranges, step as whole host gradients do") {
+  // Ranges of a framework's parameter tensors: [0, 250) [250, 1111) on the device, [1111, 1500)
+  // from the host while device copies are in flight, [1500, 3000) on the device again.
+  for (const bool norm : {false, true}) {
+    CAPTURE(norm);
+    const auto init = random_params(n, 5);
+    strata::adamw_options ao;
+    const auto off = options(norm);
+    exec_t exec({}, [](strata::stream_role, const std::string& name) { return std::make_unique<S>(name); });
+    strata::host_tier tier(strata::host_tier_options{.name = "t"});
+    opt_t opt(tier, exec, init, ao, off, {}, {}, strata::alternating_site{1, 1});
+    scaled_reference ref(init, ao, sg, off);
+    auto device = exec.allocate_device(n * sizeof(strata::bf16));
+    const strata::device_span<strata::bf16> dgrads(reinterpret_cast<strata::bf16*>(device.data()), n);
+    const strata::device_span<const strata::bf16> d(dgrads);
+    for (int t = 0; t < 2; ++t) {
+      std::vector<strata::bf16> g(n);
+      const auto raw = random_grads<float>(n, 60 + static_cast<std::uint64_t>(t));
+      for (std::size_t i = 0; i < n; ++i) g[i] = strata::bf16(raw[i] * opt.loss_scale());
+      fake_backward backward;
+      const auto ready = backward.write(g, dgrads);
+      opt.accept_gradients_at(0, d.subspan(0, 250), ready);
+      opt.accept_gradients_at(250, d.subspan(250, 861), ready);
+      opt.accept_gradients_at(1111, std::span<const strata::bf16>(g).subspan(1111, 389));
+      opt.accept_gradients_at(1500, d.subspan(1500, 1500), ready);
+      CHECK_FALSE(ready.ready());
+      backward.gate.set_value();
+      std::vector<strata::bf16> out(n), ref_out(n);
+      const auto st = opt.step(1e-3, std::span<strata::bf16>(out));
+      const auto r = ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(ref_out));
+      CHECK(out == ref_out);
+      if (norm) {
+        REQUIRE(st.grad_norm.has_value());
+        CHECK(*st.grad_norm == r.grad_norm);
+        CHECK(st.clip == r.clip);
+      }
+      require_same(opt, ref);
+    }
+  }
+}
+
 TEST_CASE("a failed device-to-host copy of gradients fails the step before any state changes") {
   const auto init = random_params(n, 4);
   strata::adamw_options ao;

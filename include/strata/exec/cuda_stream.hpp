@@ -67,17 +67,39 @@ struct cuda_stream_state {
 class cuda_event {
  public:
   cuda_event() : done_(make_ready_completion()) {}
-  [[nodiscard]] bool ready() const { return done_.ready(); }
+
+  /// An event recorded by someone else (a framework's backward on its own stream), which strata's
+  /// streams can wait on (stream.wait) and which is never destroyed here: `event` must outlive
+  /// every wait enqueued on it. It carries no error of its producer, and completion() is not a
+  /// host wait for it (it is complete at once); ready() asks CUDA (cudaEventQuery).
+  [[nodiscard]] static cuda_event wrap(cudaEvent_t event) {
+    STRATA_EXPECTS(event != nullptr, config_error, "cuda_event::wrap: null cudaEvent_t");
+    auto h = std::make_shared<handle>();
+    h->event = event;
+    h->owned = false;
+    return cuda_event(std::move(h), make_ready_completion());
+  }
+
+  [[nodiscard]] bool ready() const {
+    if (handle_ && !handle_->owned) return cudaEventQuery(handle_->event) != cudaErrorNotReady;
+    return done_.ready();
+  }
   [[nodiscard]] strata::completion completion() const { return done_; }
   /// The CUDA event (null for a default-constructed event, which is complete).
   [[nodiscard]] cudaEvent_t native() const noexcept { return handle_ ? handle_->event : nullptr; }
+  /// Whether the CUDA event is destroyed with the last copy of this event (false: wrap()).
+  [[nodiscard]] bool owns_event() const noexcept { return handle_ && handle_->owned; }
 
  private:
   friend class cuda_stream;
   struct handle {
     cudaEvent_t event = nullptr;
+    bool owned = true;
+    handle() = default;
+    handle(const handle&) = delete;
+    handle& operator=(const handle&) = delete;
     ~handle() {
-      if (event != nullptr) (void)cudaEventDestroy(event);
+      if (event != nullptr && owned) (void)cudaEventDestroy(event);
     }
   };
   cuda_event(std::shared_ptr<handle> h, strata::completion c) : handle_(std::move(h)), done_(std::move(c)) {}
@@ -97,13 +119,23 @@ class cuda_stream {
     if (device >= 0) STRATA_CUDA_TRY(cudaSetDevice(device));
     STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
+  /// A stream someone else created (a framework's current stream), used as strata's own but
+  /// never synchronized or destroyed by this object: `stream` must outlive it and the work it
+  /// enqueues. Errors of strata's work on it are reported by sync() as on an owned stream.
+  [[nodiscard]] static std::unique_ptr<cuda_stream> wrap(cudaStream_t stream, std::string name = "foreign") {
+    return std::unique_ptr<cuda_stream>(new cuda_stream(stream, std::move(name)));
+  }
+
   cuda_stream(const cuda_stream&) = delete;
   cuda_stream& operator=(const cuda_stream&) = delete;
-  /// Waits for the stream's work, then destroys it.
+  /// Waits for the stream's work, then destroys it (a wrapped stream: neither).
   ~cuda_stream() {
+    if (!owned_) return;
     (void)cudaStreamSynchronize(stream_);
     (void)cudaStreamDestroy(stream_);
   }
+  /// Whether this object created the CUDA stream (false: wrap()).
+  [[nodiscard]] bool owns_stream() const noexcept { return owned_; }
 
   void copy_to_device(std::span<std::byte> dst, std::span<const std::byte> src) {
     copy("copy_to_device", dst, src, cudaMemcpyHostToDevice);
@@ -252,9 +284,13 @@ class cuda_stream {
       fail_call(rc, what, __LINE__);
   }
 
+  cuda_stream(cudaStream_t foreign, std::string name)
+      : name_(std::move(name)), state_(std::make_shared<detail::cuda_stream_state>()), stream_(foreign), owned_(false) {}
+
   std::string name_;
   std::shared_ptr<detail::cuda_stream_state> state_;
   cudaStream_t stream_ = nullptr;
+  bool owned_ = true;
 };
 
 static_assert(stream<cuda_stream>);

@@ -87,12 +87,14 @@ class gradient_intake {
     });
   }
 
-  /// Copies gradients of [first, first + grads.size()) into the store (check first).
+  /// Copies gradients of [first, first + grads.size()) into the store (check first) and, unless
+  /// `sum` is false (the caller sums them later: sum_subgroup), adds the subgroups it completes
+  /// to the norm.
   template <gradient_type G>
-  void store(std::size_t first, std::span<const G> grads) {
+  void store(std::size_t first, std::span<const G> grads, bool sum = true) {
     const std::span<G> dst = reserve<G>(first, grads.size());
     std::memcpy(dst.data(), grads.data(), grads.size_bytes());
-    if (tracking_)
+    if (tracking_ && sum)
       for_each_piece(first, grads.size(), [&](std::size_t s, std::size_t, std::size_t) {
         if (complete(s) && !summed(s)) sum_subgroup(s);
       });

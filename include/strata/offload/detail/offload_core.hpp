@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "strata/core/budget.hpp"
+#include "strata/core/completion.hpp"
 #include "strata/core/config.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
@@ -130,17 +131,23 @@ class offload_core {
       stage_gradients_to_tier(grads, first);
       return;
     }
-    s_->intake.store(first, grads);
+    if (s_->landing.empty()) {
+      s_->intake.store(first, grads);
+      return;
+    }
+    // Device pieces of these subgroups may still be landing: sum after them, in stream order.
+    auto& in = s_->intake;
+    in.store(first, grads, false);
+    std::vector<std::size_t> completed;
+    if (tracks_norm())
+      in.for_each_piece(first, grads.size(), [&](std::size_t s, std::size_t, std::size_t) {
+        if (in.complete(s)) completed.push_back(s);
+      });
+    land_after(make_ready_completion(), std::move(completed));
   }
 
   /// Hands over subgroup `subgroup`'s gradients that backward left in the executor's device
-  /// memory, once `ready` (an event of the executor's streams, recorded after backward wrote
-  /// them) has completed: the copy into the gradient store (pinned when the executor asks for
-  /// it) is enqueued on the executor's d2h stream and this returns at once, so the copy overlaps
-  /// the rest of backward. With clipping or loss scaling the subgroup's norm is summed on a
-  /// worker thread as soon as its copy lands. step() waits for the copies; a failed copy makes
-  /// step() throw its typed error before any state changes, and every gradient of the step must
-  /// then be handed over again. Host residency only; `grads` must stay valid until step().
+  /// memory once `ready` has completed (accept_gradients_at with the subgroup's range).
   template <gradient_type G>
   void accept_gradients(std::size_t subgroup, device_span<const G> grads, const event_type& ready) {
     STRATA_EXPECTS(subgroup < layout_.subgroups(), config_error,
@@ -148,21 +155,36 @@ class offload_core {
     STRATA_EXPECTS(grads.size() == length(subgroup), config_error,
                    "offloaded_adamw::accept_gradients: got {} gradients for subgroup {} of {} parameters",
                    grads.size(), subgroup, length(subgroup));
+    accept_gradients_at(begin(subgroup), grads, ready);
+  }
+
+  /// Hands over the gradients of parameters [first, first + grads.size()) (which may span
+  /// subgroups: one parameter tensor of a framework) that backward left in the executor's device
+  /// memory, once `ready` (an event of the executor's streams, or a foreign one wrapped by the
+  /// executor's event type, recorded after backward wrote them) has completed: the copy into the
+  /// gradient store (pinned when the executor asks for it) is enqueued on the executor's d2h
+  /// stream and this returns at once, so the copy overlaps the rest of backward. With clipping or
+  /// loss scaling each subgroup's norm is summed on a worker thread as soon as its last piece has
+  /// landed. step() waits for the copies; a failed copy makes step() throw its typed error before
+  /// any state changes, and every gradient of the step must then be handed over again. Host
+  /// residency only; `grads` must stay valid until step().
+  template <gradient_type G>
+  void accept_gradients_at(std::size_t first, device_span<const G> grads, const event_type& ready) {
     STRATA_EXPECTS(!layout_.tier_gradients, config_error,
                    "offloaded_adamw::accept_gradients: gradients in device memory need gradient_residency::host");
     auto& in = s_->intake;
-    in.check(begin(subgroup), grads.size());
-    const std::span<G> dst = in.template reserve<G>(begin(subgroup), grads.size());
+    in.check(first, grads.size());
+    const std::span<G> dst = in.template reserve<G>(first, grads.size());
+    std::vector<std::size_t> completed;  // the subgroups this range completes, summed once it lands
+    if (tracks_norm())
+      in.for_each_piece(first, grads.size(), [&](std::size_t s, std::size_t, std::size_t) {
+        if (in.complete(s)) completed.push_back(s);
+      });
     auto& d2h = s_->exec_ref->d2h();
     d2h.wait(ready);
     d2h.copy_to_host(std::as_writable_bytes(dst), grads.bytes());
-    if (!s_->landing_worker) s_->landing_worker = std::make_unique<thread_pool>(1, "strata-grad-landing");
-    // The worker takes the copies in stream order, so each subgroup is summed right after it lands.
-    s_->landing.push_back(s_->landing_worker->submit(
-        [landed = d2h.record().completion(), &in, subgroup, sum = tracks_norm()] {
-          landed.get();
-          if (sum) in.sum_subgroup(subgroup, true);
-        }));
+    // The worker takes the copies in stream order, so earlier pieces of a subgroup land first.
+    land_after(d2h.record().completion(), std::move(completed));
   }
 
   /// Drops the gradients handed over since the last step (a batch the caller decided to skip,
@@ -514,6 +536,17 @@ class offload_core {
   // (Re)arms the intake's norm with the current inverse scale; between steps only.
   void track_norm() {
     if (tracks_norm()) s_->intake.track_norm(scaler_.inv_scale(), s_->pool.get());
+  }
+
+  // After `landed`, sums the subgroups in `completed` on the landing worker (which runs in the
+  // order of the calls, so every earlier piece has landed by then).
+  void land_after(strata::completion landed, std::vector<std::size_t> completed) {
+    if (!s_->landing_worker) s_->landing_worker = std::make_unique<thread_pool>(1, "strata-grad-landing");
+    auto& in = s_->intake;
+    s_->landing.push_back(s_->landing_worker->submit([landed = std::move(landed), &in, completed = std::move(completed)] {
+      landed.get();
+      for (const std::size_t s : completed) in.sum_subgroup(s, true);
+    }));
   }
 
   // Waits for the gradients copied from device memory; on a failed copy the step's gradients
