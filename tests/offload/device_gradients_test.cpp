@@ -61,42 +61,57 @@ strata::offload_options options(bool norm) {
   return off;
 }
 
+/// One optimizer on the faulty-stream executor, its reference, and n bf16 gradients of device memory.
+struct device_run {
+  exec_t exec{{}, [](strata::stream_role, const std::string& name) { return std::make_unique<S>(name); }};
+  strata::host_tier tier{strata::host_tier_options{.name = "t"}};
+  opt_t opt;
+  scaled_reference ref;
+  exec_t::device_buffer device;
+  strata::device_span<strata::bf16> dgrads;
+
+  device_run(const std::vector<float>& init, const strata::offload_options& off)
+      : opt(tier, exec, init, {}, off, {}, {}, strata::alternating_site{1, 1}),
+        ref(init, {}, sg, off),
+        device(exec.allocate_device(n * sizeof(strata::bf16))),
+        dgrads(reinterpret_cast<strata::bf16*>(device.data()), n) {}
+
+  /// Step t's gradients, scaled by the optimizer's loss scale.
+  std::vector<strata::bf16> grads(std::uint64_t seed) {
+    std::vector<strata::bf16> g(n);
+    const auto raw = random_grads<float>(n, seed);
+    for (std::size_t i = 0; i < n; ++i) g[i] = strata::bf16(raw[i] * opt.loss_scale());
+    return g;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("gradients in device memory are handed over without waiting and step as host gradients do") {
   for (const bool norm : {false, true}) {
     CAPTURE(norm);
-    const auto init = random_params(n, 3);
-    strata::adamw_options ao;
-    const auto off = options(norm);
-    exec_t exec({}, [](strata::stream_role, const std::string& name) { return std::make_unique<S>(name); });
-    strata::host_tier tier(strata::host_tier_options{.name = "t"});
-    opt_t opt(tier, exec, init, ao, off, {}, {}, strata::alternating_site{1, 1});
-    scaled_reference ref(init, ao, sg, off);
-    auto device = exec.allocate_device(n * sizeof(strata::bf16));
-    const strata::device_span<strata::bf16> dgrads(reinterpret_cast<strata::bf16*>(device.data()), n);
+    device_run r(random_params(n, 3), options(norm));
+    auto& opt = r.opt;
     for (int t = 0; t < 3; ++t) {
-      std::vector<strata::bf16> g(n);
-      const auto raw = random_grads<float>(n, 40 + static_cast<std::uint64_t>(t));
-      for (std::size_t i = 0; i < n; ++i) g[i] = strata::bf16(raw[i] * opt.loss_scale());
+      const auto g = r.grads(40 + static_cast<std::uint64_t>(t));
       fake_backward backward;
-      const auto ready = backward.write(g, dgrads);
+      const auto ready = backward.write(g, r.dgrads);
       for (std::size_t s = opt.subgroup_count(); s-- > 0;)
-        opt.accept_gradients(s, strata::device_span<const strata::bf16>(dgrads).subspan(opt.begin(s), opt.length(s)),
+        opt.accept_gradients(s, strata::device_span<const strata::bf16>(r.dgrads).subspan(opt.begin(s), opt.length(s)),
                              ready);
       CHECK_FALSE(ready.ready());  // every call returned while backward had not even written them
       backward.gate.set_value();
       std::vector<strata::bf16> out(n), ref_out(n);
       const auto st = opt.step(1e-3, std::span<strata::bf16>(out));
-      const auto r = ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(ref_out));
+      const auto rr = r.ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(ref_out));
       CHECK(out == ref_out);
       CHECK(st.grad_norm.has_value() == norm);
       if (norm) {
-        CHECK(*st.grad_norm == r.grad_norm);
-        CHECK(st.clip == r.clip);
+        CHECK(*st.grad_norm == rr.grad_norm);
+        CHECK(st.clip == rr.clip);
         CHECK(st.clip < 1.0f);
       }
-      require_same(opt, ref);
+      require_same(opt, r.ref);
     }
   }
 }
@@ -106,22 +121,13 @@ TEST_CASE("device gradient ranges that cross subgroups, mixed with host ranges, 
   // from the host while device copies are in flight, [1500, 3000) on the device again.
   for (const bool norm : {false, true}) {
     CAPTURE(norm);
-    const auto init = random_params(n, 5);
-    strata::adamw_options ao;
-    const auto off = options(norm);
-    exec_t exec({}, [](strata::stream_role, const std::string& name) { return std::make_unique<S>(name); });
-    strata::host_tier tier(strata::host_tier_options{.name = "t"});
-    opt_t opt(tier, exec, init, ao, off, {}, {}, strata::alternating_site{1, 1});
-    scaled_reference ref(init, ao, sg, off);
-    auto device = exec.allocate_device(n * sizeof(strata::bf16));
-    const strata::device_span<strata::bf16> dgrads(reinterpret_cast<strata::bf16*>(device.data()), n);
-    const strata::device_span<const strata::bf16> d(dgrads);
+    device_run r(random_params(n, 5), options(norm));
+    auto& opt = r.opt;
+    const strata::device_span<const strata::bf16> d(r.dgrads);
     for (int t = 0; t < 2; ++t) {
-      std::vector<strata::bf16> g(n);
-      const auto raw = random_grads<float>(n, 60 + static_cast<std::uint64_t>(t));
-      for (std::size_t i = 0; i < n; ++i) g[i] = strata::bf16(raw[i] * opt.loss_scale());
+      const auto g = r.grads(60 + static_cast<std::uint64_t>(t));
       fake_backward backward;
-      const auto ready = backward.write(g, dgrads);
+      const auto ready = backward.write(g, r.dgrads);
       opt.accept_gradients_at(0, d.subspan(0, 250), ready);
       opt.accept_gradients_at(250, d.subspan(250, 861), ready);
       opt.accept_gradients_at(1111, std::span<const strata::bf16>(g).subspan(1111, 389));
@@ -130,14 +136,14 @@ TEST_CASE("device gradient ranges that cross subgroups, mixed with host ranges, 
       backward.gate.set_value();
       std::vector<strata::bf16> out(n), ref_out(n);
       const auto st = opt.step(1e-3, std::span<strata::bf16>(out));
-      const auto r = ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(ref_out));
+      const auto rr = r.ref.step(std::span<const strata::bf16>(g), 1e-3, std::span<strata::bf16>(ref_out));
       CHECK(out == ref_out);
       if (norm) {
         REQUIRE(st.grad_norm.has_value());
-        CHECK(*st.grad_norm == r.grad_norm);
-        CHECK(st.clip == r.clip);
+        CHECK(*st.grad_norm == rr.grad_norm);
+        CHECK(st.clip == rr.clip);
       }
-      require_same(opt, ref);
+      require_same(opt, r.ref);
     }
   }
 }
