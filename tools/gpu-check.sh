@@ -94,5 +94,20 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
     cat "$LOGS/bench-torch-$g.log" >>"$OUT/adamw-pytorch-cuda.jsonl"
   done
 fi
+# The PyTorch front's CUDA tests, where torch sees the GPU: the module is built with that Python
+# (nanobind from .carry/python when it is not installed; Python headers must be there).
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  [[ -d .carry/python ]] && export PYTHONPATH="$PWD/.carry/python${PYTHONPATH:+:$PYTHONPATH}"
+  if python3 -c 'import nanobind' 2>/dev/null; then
+    step python-configure 120 cmake -S . -B build/gpu-python "${gen[@]}" "${prefix[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DSTRATA_ENABLE_CUDA=OFF -DSTRATA_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)" \
+      -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_BUILD_BENCH=OFF &&
+      step python-build 200 cmake --build build/gpu-python -j "$(nproc)" --target strata_python &&
+      step python-cuda-tests 150 ctest --test-dir build/gpu-python -L python --output-on-failure --timeout 120
+    tail -8 "$LOGS/python-cuda-tests.log" 2>/dev/null | tee -a "$OUT/summary.log"
+  else
+    log "python: nanobind not importable (run tools/carry-deps.sh, carry .carry): the front's CUDA tests did not run"
+  fi
+fi
 log "done: status $status in $(($(date +%s) - start)) s"
 exit $status

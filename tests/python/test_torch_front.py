@@ -429,3 +429,42 @@ def test_cuda_bf16_model_is_the_rounded_master_after_step(tmp_path):
     opt.native.read_master(master)
     flat = torch.cat([p.detach().reshape(-1) for g in opt.param_groups for p in g["params"]]).cpu()
     assert torch.equal(flat, master.to(torch.bfloat16))
+
+
+# --- what strata adds ------------------------------------------------------------------------
+
+
+def test_dynamic_loss_scaling_unscales_exactly_and_skips_a_step_with_inf(tmp_path):
+    a, b = make_model(), make_model()
+    oa = strata_opt(a, tmp_path / "a", loss_scaling={"init_scale": 1024.0})
+    ob = strata_opt(b, tmp_path / "b")
+    assert oa.loss_scale == 1024.0
+    for t in range(3):
+        oa.zero_grad()
+        backward_with(a, [g * oa.loss_scale for g in grads_for(a, t)])  # a power of two: exact
+        oa.step()
+        train(b, ob, 1, first=t)
+    assert same(a, b)
+    before = [p.detach().clone() for p in a.parameters()]
+    oa.zero_grad()
+    g = grads_for(a, 9)
+    g[1][0] = float("inf")
+    backward_with(a, g)
+    oa.step()
+    assert oa.last_step_stats["skipped"] and oa.loss_scale == 512.0
+    assert oa.native.step_count == 3
+    assert all(torch.equal(x, y) for x, y in zip(before, a.parameters()))
+
+
+def test_step_runs_the_closure_and_returns_its_loss(tmp_path):
+    a, b = make_model(), make_model()
+    oa, ob = strata_opt(a, tmp_path / "a"), strata_opt(b, tmp_path / "b")
+
+    def closure():
+        oa.zero_grad()
+        backward_with(a, grads_for(a, 0))
+        return torch.tensor(3.5)
+
+    assert oa.step(closure).item() == 3.5
+    train(b, ob, 1)
+    assert same(a, b)
