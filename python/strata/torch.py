@@ -502,7 +502,10 @@ class OffloadedAdamW(torch.optim.Optimizer):
                                   f"({info.get('numel')} vs {self._numel} elements)")
             # The whole checkpoint is read against its checksums before the running state is given
             # up (the new optimizer needs the directories the old one holds).
-            _core.verify_checkpoint(info["checkpoint"])
+            found = _core.verify_checkpoint(info["checkpoint"])
+            if found != info.get("step"):
+                raise ConfigError(f"strata.torch: checkpoint {info['checkpoint']} now holds step {found}, the state "
+                                  f"dict names step {info.get('step')} (was it overwritten by a later save?)")
             self._release()
             self._core = _core.Optimizer.load(info["checkpoint"], object_prefix=self._prefix, **self._options)
             # The model follows the restored master weights, as in the run that saved them.

@@ -468,3 +468,15 @@ def test_step_runs_the_closure_and_returns_its_loss(tmp_path):
     assert oa.step(closure).item() == 3.5
     train(b, ob, 1)
     assert same(a, b)
+
+
+def test_a_state_dict_whose_checkpoint_was_overwritten_is_refused(tmp_path):
+    model = make_model()
+    opt = strata_opt(model, tmp_path, checkpoint_dir=tmp_path / "ckpt")
+    train(model, opt, 1)
+    sd = opt.state_dict()
+    train(model, opt, 1, first=1)
+    stale = dict(sd, strata=dict(sd["strata"], checkpoint=opt.state_dict()["strata"]["checkpoint"]))
+    with pytest.raises(strata.ConfigError, match="holds step 2"):
+        opt.load_state_dict(stale)
+    assert opt.native.step_count == 2
