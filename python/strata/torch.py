@@ -337,6 +337,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One AdamW step over every parameter; returns the closure's loss (as torch's)."""
+        if self._core is None:
+            raise ConfigError("strata.torch: step() on a closed optimizer")
         loss = None
         if closure is not None:
             with torch.enable_grad():

@@ -480,3 +480,16 @@ def test_a_state_dict_whose_checkpoint_was_overwritten_is_refused(tmp_path):
     with pytest.raises(strata.ConfigError, match="holds step 2"):
         opt.load_state_dict(stale)
     assert opt.native.step_count == 2
+
+
+def test_a_closed_optimizer_refuses_to_step_and_its_hooks_are_gone(tmp_path):
+    model = make_model()
+    opt = strata_opt(model, tmp_path)
+    opt.close()
+    backward_with(model, grads_for(model, 0))  # no hook hands anything over
+    with pytest.raises(strata.ConfigError, match="closed"):
+        opt.step()
+    reopened = strata_opt(model, tmp_path)  # the directories are free
+    reopened.zero_grad()
+    train(model, reopened, 1)
+    assert reopened.native.step_count == 1
