@@ -12,6 +12,7 @@
 
 #include <strata/exec/cuda_executor.cuh>
 #include <strata/exec/cuda_stream.hpp>
+#include <strata/offload/make_offloaded_adamw.hpp>
 #include <strata/offload/offloaded_adamw.hpp>
 #include <strata/policy/lru.hpp>
 #include <strata/tier/device_tier.hpp>
@@ -243,6 +244,47 @@ TEST_CASE("on the GPU, gradients and the model in device memory step as host one
     run(strata::always_device{}, norm);
     run(strata::alternating_site{1, 2}, norm);
   }
+}
+
+TEST_CASE("the run-time optimizer on the GPU takes a framework's gradient ranges after its foreign event") {
+  using namespace strata_test;
+  const std::size_t n = 250'001;
+  strata::offloaded_adamw_config c;
+  c.paths.resize(2);  // in host memory
+  c.offload.subgroup_elems = 40'000;
+  const auto init = random_params(n, 9);
+  strata::cuda_executor exec;
+  auto dev = strata::make_offloaded_adamw(c, exec, strata::alternating_site{1, 1}, init);
+  auto host = strata::make_offloaded_adamw(c, init);
+  auto grads_mem = exec.allocate_device(n * sizeof(strata::bf16));
+  auto model_mem = exec.allocate_device(n * sizeof(strata::bf16));
+  const strata::device_span<strata::bf16> dg(reinterpret_cast<strata::bf16*>(grads_mem.data()), n);
+  const strata::device_span<strata::bf16> dm(reinterpret_cast<strata::bf16*>(model_mem.data()), n);
+  cudaStream_t framework = nullptr;  // a framework's own stream and event, as torch's
+  cudaEvent_t backward_done = nullptr;
+  STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&framework, cudaStreamNonBlocking));
+  STRATA_CUDA_TRY(cudaEventCreateWithFlags(&backward_done, cudaEventDisableTiming));
+  for (int t = 0; t < 2; ++t) {
+    const auto g = random_grads<strata::bf16>(n, 70 + static_cast<std::uint64_t>(t));
+    STRATA_CUDA_TRY(cudaMemcpyAsync(dg.data(), g.data(), n * 2, cudaMemcpyHostToDevice, framework));
+    STRATA_CUDA_TRY(cudaEventRecord(backward_done, framework));
+    const auto ready = strata::cuda_event::wrap(backward_done);
+    const strata::device_span<const strata::bf16> d(dg);
+    dev->accept_gradients_at(0, d.subspan(0, 100'000), ready);  // parameter tensors across subgroups
+    dev->accept_gradients_at(100'000, d.subspan(100'000, n - 100'000), ready);
+    dev->step(1e-3, strata::device_model_span{dm});
+    std::vector<strata::bf16> host_model(n), device_model(n);
+    host->step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<strata::bf16>(host_model)});
+    STRATA_CUDA_TRY(cudaMemcpy(device_model.data(), dm.data(), n * 2, cudaMemcpyDeviceToHost));
+    CHECK(std::memcmp(device_model.data(), host_model.data(), n * 2) == 0);
+  }
+  std::vector<float> a(n), b(n);
+  dev->read_master(a);
+  host->read_master(b);
+  CHECK(std::memcmp(a.data(), b.data(), n * 4) == 0);
+  STRATA_CUDA_TRY(cudaStreamSynchronize(framework));
+  CHECK(cudaEventDestroy(backward_done) == cudaSuccess);
+  CHECK(cudaStreamDestroy(framework) == cudaSuccess);
 }
 
 TEST_CASE("device_tier<cuda_executor> keeps objects in GPU memory byte for byte, growth included") {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <strata/exec/device_span.hpp>
+#include <strata/exec/host_executor.hpp>
 #include <strata/offload/make_offloaded_adamw.hpp>
 #include <strata/offload/offloaded_adamw.hpp>
 #include <strata/optim/adamw_state.hpp>
@@ -132,6 +134,46 @@ TEST_CASE("the run-time optimizer writes the updated weights into an fp32, bf16 
   CHECK_THROWS_AS(opt->step(std::span<const float>(std::vector<float>(n)), 1e-3,
                             strata::host_model_span{std::span<float>(wrong)}),
                   strata::config_error);
+}
+
+TEST_CASE("the run-time optimizer on an executor takes device gradient ranges and writes a device model copy") {
+  const std::size_t n = 900;
+  strata::offloaded_adamw_config c;
+  c.paths.resize(2);  // in host memory (no directory)
+  c.paths[0].name = "a";
+  c.paths[1].name = "b";
+  c.offload.subgroup_elems = 200;
+  c.offload.threads = 2;
+  const auto params = random_params(n, 21);
+  strata::host_executor<> exec;
+  auto dev = strata::make_offloaded_adamw(c, exec, strata::alternating_site{1, 1}, params);
+  auto host = strata::make_offloaded_adamw(c, params);
+  CHECK(&dev->executor() == &exec);
+  auto grads_mem = exec.allocate_device(n * sizeof(strata::bf16));
+  auto model_mem = exec.allocate_device(n * sizeof(strata::bf16));
+  const strata::device_span<strata::bf16> dg(reinterpret_cast<strata::bf16*>(grads_mem.data()), n);
+  const strata::device_span<strata::bf16> dm(reinterpret_cast<strata::bf16*>(model_mem.data()), n);
+  for (int t = 0; t < 3; ++t) {
+    const auto g = random_grads<strata::bf16>(n, 30 + static_cast<std::uint64_t>(t));
+    exec.h2d().copy_to_device(dg.bytes(), std::as_bytes(std::span<const strata::bf16>(g)));
+    const auto ready = exec.h2d().record();
+    // Three tensors' ranges, across subgroup boundaries.
+    const strata::device_span<const strata::bf16> d(dg);
+    dev->accept_gradients_at(0, d.subspan(0, 333), ready);
+    dev->accept_gradients_at(333, d.subspan(333, 444), ready);
+    dev->accept_gradients_at(777, d.subspan(777, 123), ready);
+    dev->step(1e-3, strata::device_model_span{dm});
+    std::vector<strata::bf16> host_model(n);
+    host->step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<strata::bf16>(host_model)});
+    std::vector<strata::bf16> device_model(n);
+    exec.d2h().copy_to_host(std::as_writable_bytes(std::span<strata::bf16>(device_model)), dm.bytes());
+    exec.d2h().sync();
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(device_model[i].bits == host_model[i].bits);
+  }
+  std::vector<float> a(n), b(n);
+  dev->read_master(a);
+  host->read_master(b);
+  CHECK(same_bits(a, b));
 }
 
 TEST_CASE("discarded gradients may be handed over again, and the step uses only the new ones") {

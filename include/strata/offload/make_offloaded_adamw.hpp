@@ -5,6 +5,7 @@
 /// mlp_offload's PFS path, behind a node_limiter) and the preset's optimizer over it, and returns
 /// it behind the any_offloaded_adamw interface. load_offloaded_adamw does the same from a checkpoint.
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -24,6 +26,9 @@
 #include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
 #include "strata/core/trace.hpp"
+#include "strata/exec/device_span.hpp"
+#include "strata/exec/executor.hpp"
+#include "strata/exec/host_executor.hpp"
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offload_stats.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
@@ -31,6 +36,7 @@
 #include "strata/optim/adamw_state.hpp"
 #include "strata/optim/step_rates.hpp"
 #include "strata/policy/placement.hpp"
+#include "strata/policy/update_site.hpp"
 #include "strata/sync/node_limiter.hpp"
 #include "strata/sync/rw_limiter.hpp"
 #include "strata/tier/any_tier.hpp"
@@ -133,6 +139,31 @@ class any_offloaded_adamw {
   [[nodiscard]] virtual const offload_options& offload() const = 0;
 };
 
+/// A model copy in an executor's device memory that a step writes in place (see
+/// offloaded_adamw::step with a device_span), size() elements.
+using device_model_span = std::variant<device_span<float>, device_span<bf16>, device_span<fp16>>;
+
+/// A run-time configured offloaded_adamw whose updates may run on an executor of type Exec, so
+/// that gradients and the model may stay in its device memory (make_offloaded_adamw with an
+/// executor). Exec's event type orders the copies: on CUDA, cuda_event::wrap takes a framework's
+/// cudaEvent_t.
+template <executor Exec>
+class any_offloaded_adamw_on : public any_offloaded_adamw {
+ public:
+  using event_type = typename Exec::stream_type::event_type;
+  using any_offloaded_adamw::accept_gradients_at;
+  using any_offloaded_adamw::step;
+  /// Hands over device gradients of parameters [first, first + grads.size()) once `ready` has
+  /// completed (offloaded_adamw::accept_gradients_at with a device_span); returns at once.
+  virtual void accept_gradients_at(std::size_t first, device_span<const float> grads, const event_type& ready) = 0;
+  virtual void accept_gradients_at(std::size_t first, device_span<const bf16> grads, const event_type& ready) = 0;
+  virtual void accept_gradients_at(std::size_t first, device_span<const fp16> grads, const event_type& ready) = 0;
+  /// One step over the handed-over gradients that writes the updated weights into `model` in
+  /// device memory; every copy has landed when it returns.
+  virtual offload_step_stats step(const step_rates& rates, device_model_span model) = 0;
+  [[nodiscard]] virtual Exec& executor() noexcept = 0;
+};
+
 namespace detail {
 
 using node_rw_limiter = rw_limiter<node_limiter>;
@@ -170,14 +201,20 @@ inline any_tier make_offload_path(const offload_path_config& p, std::size_t inde
   return path;
 }
 
-template <class Preset, class Placement>
-class runtime_offloaded_adamw final : public any_offloaded_adamw {
+template <class Preset, class Placement, executor Exec = host_executor<>, update_site Site = always_host>
+class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
  public:
   using tier_type = dynamic_multipath<Placement>;
-  using optimizer = typename Preset::template optimizer<tier_type>;
+  using optimizer = typename Preset::template device_optimizer<tier_type, Exec, Site>;
+  using event_type = typename any_offloaded_adamw_on<Exec>::event_type;
 
-  runtime_offloaded_adamw(const offloaded_adamw_config& c, Placement placement)
-      : limiter_(make_limiter(c)), tier_(std::move(placement), make_paths(c, limiter_.get()), "paths") {
+  /// Updates on `exec` (which must outlive this) where `site` says; none: an executor of its own.
+  runtime_offloaded_adamw(const offloaded_adamw_config& c, Placement placement, Exec* exec = nullptr, Site site = Site{})
+      : limiter_(make_limiter(c)),
+        tier_(std::move(placement), make_paths(c, limiter_.get()), "paths"),
+        owned_exec_(exec == nullptr ? own_executor() : nullptr),
+        exec_(exec == nullptr ? owned_exec_.get() : exec),
+        site_(std::move(site)) {
     // Descriptors are taken once, so path_totals() reads only atomics while a step runs.
     striped_ = tier_.path(0).template target<striped>();
     if (striped_ != nullptr) {
@@ -188,16 +225,17 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   }
 
   void create(const offloaded_adamw_config& c, std::span<const float> params, const adamw_state_view& state) {
-    opt_.emplace(optimizer::from_state(tier_, params, state, c.adamw, Preset::options(params.size(), c.adamw, c.offload),
-                                       typename Preset::order{}, typename Preset::eviction{}, c.trace));
+    opt_.emplace(optimizer::from_state(tier_, *exec_, params, state, c.adamw,
+                                       Preset::options(params.size(), c.adamw, c.offload), typename Preset::order{},
+                                       typename Preset::eviction{}, site_, c.trace));
   }
   void load(const offloaded_adamw_config& c, const std::filesystem::path& dir) {
     // The preset's options depend on the parameter count, which the checkpoint holds: read it first.
     const auto probe = optimizer::load_manifest(dir);
     auto base = c.offload;
     base.subgroup_elems = static_cast<std::size_t>(probe.subgroup_elems);
-    opt_.emplace(optimizer::load(dir, tier_, Preset::options(probe.params, probe.options, base),
-                                 typename Preset::order{}, typename Preset::eviction{}, c.trace));
+    opt_.emplace(optimizer::load(dir, tier_, *exec_, Preset::options(probe.params, probe.options, base),
+                                 typename Preset::order{}, typename Preset::eviction{}, site_, c.trace));
   }
 
   offload_step_stats step(std::span<const float> g, const step_rates& r) override { return opt_->step(g, r); }
@@ -215,6 +253,19 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   void accept_gradients_at(std::size_t first, std::span<const float> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const bf16> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const fp16> g) override { opt_->accept_gradients_at(first, g); }
+  void accept_gradients_at(std::size_t first, device_span<const float> g, const event_type& e) override {
+    opt_->accept_gradients_at(first, g, e);
+  }
+  void accept_gradients_at(std::size_t first, device_span<const bf16> g, const event_type& e) override {
+    opt_->accept_gradients_at(first, g, e);
+  }
+  void accept_gradients_at(std::size_t first, device_span<const fp16> g, const event_type& e) override {
+    opt_->accept_gradients_at(first, g, e);
+  }
+  offload_step_stats step(const step_rates& r, device_model_span m) override {
+    return std::visit([&](auto model) { return opt_->step(r, model); }, m);
+  }
+  [[nodiscard]] Exec& executor() noexcept override { return *exec_; }
   void discard_gradients() override { opt_->discard_gradients(); }
   offload_step_stats step(const step_rates& r) override { return opt_->step(r); }
   offload_step_stats step(const step_rates& r, host_model_span m) override {
@@ -243,6 +294,13 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
   [[nodiscard]] const offload_options& offload() const override { return opt_->offload(); }
 
  private:
+  static std::unique_ptr<Exec> own_executor() {
+    if constexpr (std::default_initializable<Exec>) {
+      return std::make_unique<Exec>();
+    } else {
+      throw config_error(fmt::format("make_offloaded_adamw: executor '{}' must be given", typeid(Exec).name()));
+    }
+  }
   static std::unique_ptr<node_rw_limiter> make_limiter(const offloaded_adamw_config& c) {
     bool any = false;
     for (const auto& p : c.paths) any = any || p.node_limited;
@@ -261,21 +319,25 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw {
 
   std::unique_ptr<node_rw_limiter> limiter_;  // outlives the paths that hold it
   tier_type tier_;                          // outlives the optimizer
+  std::unique_ptr<Exec> owned_exec_;        // (when none was given) outlives the optimizer
+  Exec* exec_;
+  Site site_;
   striped* striped_ = nullptr;               // the one path when stripe_paths (per-member totals)
   std::vector<tier_descriptor> descriptors_;
   std::optional<optimizer> opt_;
 };
 
-template <class Build>
-std::unique_ptr<any_offloaded_adamw> make_runtime(offloaded_adamw_config c, Build&& build) {
+template <executor Exec, update_site Site, class Build>
+std::unique_ptr<any_offloaded_adamw_on<Exec>> make_runtime(offloaded_adamw_config c, Exec* exec, Site site,
+                                                           Build&& build) {
   STRATA_EXPECTS(!c.paths.empty(), config_error, "make_offloaded_adamw: no paths given");
   STRATA_EXPECTS(!c.stripe_paths || c.stripe_bytes > 0, config_error, "make_offloaded_adamw: stripe_bytes must be positive");
   if (c.preset == "zero_infinity") {
     STRATA_EXPECTS(c.paths.size() == 1 || c.stripe_paths, config_error,
                    "make_offloaded_adamw: preset zero_infinity uses one path, got {} (stripe_paths makes one of them)",
                    c.paths.size());
-    auto o = std::make_unique<runtime_offloaded_adamw<presets::zero_infinity, bandwidth_proportional>>(
-        c, bandwidth_proportional{});
+    auto o = std::make_unique<runtime_offloaded_adamw<presets::zero_infinity, bandwidth_proportional, Exec, Site>>(
+        c, bandwidth_proportional{}, exec, site);
     build(*o, c);
     return o;
   }
@@ -284,14 +346,14 @@ std::unique_ptr<any_offloaded_adamw> make_runtime(offloaded_adamw_config c, Buil
                    "make_offloaded_adamw: preset mlp_offload uses two paths (NVMe, PFS), got {}{}", c.paths.size(),
                    c.stripe_paths ? " striped into one" : "");
     c.paths[1].node_limited = c.mlp_offload_lock;
-    auto o = std::make_unique<runtime_offloaded_adamw<presets::mlp_offload, fixed_ratio>>(
-        c, presets::mlp_offload::placement());
+    auto o = std::make_unique<runtime_offloaded_adamw<presets::mlp_offload, fixed_ratio, Exec, Site>>(
+        c, presets::mlp_offload::placement(), exec, site);
     build(*o, c);
     return o;
   }
   if (c.preset == "strata") {
-    auto o = std::make_unique<runtime_offloaded_adamw<presets::strata_preset, bandwidth_proportional>>(
-        c, bandwidth_proportional{});
+    auto o = std::make_unique<runtime_offloaded_adamw<presets::strata_preset, bandwidth_proportional, Exec, Site>>(
+        c, bandwidth_proportional{}, exec, site);
     build(*o, c);
     return o;
   }
@@ -306,13 +368,35 @@ std::unique_ptr<any_offloaded_adamw> make_runtime(offloaded_adamw_config c, Buil
 [[nodiscard]] inline std::unique_ptr<any_offloaded_adamw> make_offloaded_adamw(const offloaded_adamw_config& config,
                                                                                 std::span<const float> params,
                                                                                 const adamw_state_view& state = {}) {
-  return detail::make_runtime(config, [&](auto& o, const offloaded_adamw_config& c) { o.create(c, params, state); });
+  return detail::make_runtime<host_executor<>>(config, nullptr, always_host{},
+                                               [&](auto& o, const offloaded_adamw_config& c) { o.create(c, params, state); });
+}
+
+/// As above, with updates on `exec` (which must outlive the optimizer) where `site` says, and
+/// gradients and the model copy accepted in exec's device memory (any_offloaded_adamw_on).
+template <executor Exec, update_site Site>
+[[nodiscard]] std::unique_ptr<any_offloaded_adamw_on<Exec>> make_offloaded_adamw(const offloaded_adamw_config& config,
+                                                                                 Exec& exec, Site site,
+                                                                                 std::span<const float> params,
+                                                                                 const adamw_state_view& state = {}) {
+  return detail::make_runtime(config, &exec, std::move(site),
+                              [&](auto& o, const offloaded_adamw_config& c) { o.create(c, params, state); });
 }
 
 /// Builds the preset's optimizer over the configured paths from the checkpoint in `dir`.
 [[nodiscard]] inline std::unique_ptr<any_offloaded_adamw> load_offloaded_adamw(const offloaded_adamw_config& config,
                                                                                 const std::filesystem::path& dir) {
-  return detail::make_runtime(config, [&](auto& o, const offloaded_adamw_config& c) { o.load(c, dir); });
+  return detail::make_runtime<host_executor<>>(config, nullptr, always_host{},
+                                               [&](auto& o, const offloaded_adamw_config& c) { o.load(c, dir); });
+}
+
+/// As above, with updates on `exec` where `site` says (see make_offloaded_adamw).
+template <executor Exec, update_site Site>
+[[nodiscard]] std::unique_ptr<any_offloaded_adamw_on<Exec>> load_offloaded_adamw(const offloaded_adamw_config& config,
+                                                                                 Exec& exec, Site site,
+                                                                                 const std::filesystem::path& dir) {
+  return detail::make_runtime(config, &exec, std::move(site),
+                              [&](auto& o, const offloaded_adamw_config& c) { o.load(c, dir); });
 }
 
 }  // namespace strata

@@ -59,6 +59,9 @@ struct zero_infinity {
   using order = sequential;
   template <tier Tier>
   using optimizer = offloaded_adamw<Tier, eviction, order>;
+  /// The same with updates on `Exec` where `Site` says (gradients and the model may live there).
+  template <tier Tier, executor Exec, update_site Site>
+  using device_optimizer = offloaded_adamw<Tier, eviction, order, Exec, Site>;
   /// One path: the tier itself.
   template <tier Tier>
   using paths = Tier;
@@ -80,6 +83,9 @@ struct mlp_offload {
   using order = alternating;
   template <tier Tier>
   using optimizer = offloaded_adamw<Tier, eviction, order>;
+  /// The same with updates on `Exec` where `Site` says (gradients and the model may live there).
+  template <tier Tier, executor Exec, update_site Site>
+  using device_optimizer = offloaded_adamw<Tier, eviction, order, Exec, Site>;
   /// NVMe and PFS paths, the PFS one behind node-wide limiters (build it from a separate
   /// rw_limiter, as above, for MLP-Offload's read and write locks); both owned by the caller.
   template <tier Nvme, tier Pfs>
@@ -105,6 +111,9 @@ struct strata_preset {
   using order = alternating;
   template <tier Tier>
   using optimizer = offloaded_adamw<Tier, eviction, order>;
+  /// The same with updates on `Exec` where `Site` says (gradients and the model may live there).
+  template <tier Tier, executor Exec, update_site Site>
+  using device_optimizer = offloaded_adamw<Tier, eviction, order, Exec, Site>;
   /// Each path under checksummed<> (1 MiB blocks, checksums in memory): a damaged byte on a path
   /// is an integrity_error, never a wrong weight. Built from one argument per path as before.
   template <tier... Paths>
