@@ -96,6 +96,21 @@ if(NOT STRATA_ENABLE_URING_MODE STREQUAL "OFF")
   endif()
 endif()
 
+# --- the S3 object-store tier (optional): libcurl's multi interface and libcrypto's HMAC-SHA256 ---
+set(STRATA_HAS_S3 OFF)
+if(NOT STRATA_ENABLE_S3_MODE STREQUAL "OFF")
+  find_package(CURL QUIET)
+  find_package(OpenSSL QUIET COMPONENTS Crypto)
+  if(CURL_FOUND AND OpenSSL_FOUND AND TARGET CURL::libcurl AND TARGET OpenSSL::Crypto)
+    set(STRATA_HAS_S3 ON)
+  elseif(STRATA_ENABLE_S3_MODE STREQUAL "ON")
+    message(FATAL_ERROR
+      "STRATA_ENABLE_S3=ON but libcurl or OpenSSL's libcrypto was not found.\n"
+      "On Debian/Ubuntu: apt-get install libcurl4-openssl-dev libssl-dev\n"
+      "Or configure with -DSTRATA_ENABLE_S3=OFF to build without the object-store tier.")
+  endif()
+endif()
+
 # --- Python front (optional) --------------------------------------------------------------------
 # strata's own build and the wheel (scikit-build-core sets SKBUILD) build it; a consumer's
 # add_subdirectory never does. Without a named Python, the virtual environment that

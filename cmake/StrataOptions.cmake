@@ -25,6 +25,7 @@ endfunction()
 
 strata_tristate(STRATA_ENABLE_CUDA "Use the CUDA toolkit (pinned memory, CUDA kernels and tests)")
 strata_tristate(STRATA_ENABLE_URING "Use liburing for the io_uring file backend")
+strata_tristate(STRATA_ENABLE_S3 "Build the S3 object-store tier (libcurl and OpenSSL's libcrypto)")
 strata_tristate(STRATA_BUILD_PYTHON "Build the Python front (Python development files and nanobind)")
 
 # A compiler cache for strata's own build (tests, examples, benchmarks): AUTO uses ccache when it

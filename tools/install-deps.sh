@@ -13,6 +13,7 @@ packages=(
   libfmt-dev           # formatting (a dependency of the strata target)
   libxxhash-dev        # XXH3 checksums of stored blocks (a dependency of the strata target)
   liburing-dev         # io_uring file backend (optional; a POSIX backend always exists)
+  libcurl4-openssl-dev libssl-dev  # the S3 object-store tier: HTTP transport and SigV4 signing (optional)
   doctest-dev          # tests
   nlohmann-json3-dev   # tests: parse the Chrome trace JSON that strata writes
   libbenchmark-dev     # benchmarks

@@ -1,6 +1,6 @@
 #pragma once
 /// Build-time feature switches. The CMake target defines them; a build that includes strata
-/// without CMake gets the portable defaults (no CUDA, no io_uring).
+/// without CMake gets the portable defaults (no CUDA, no io_uring, no S3 tier).
 
 #ifndef STRATA_HAS_CUDA
 #define STRATA_HAS_CUDA 0
@@ -8,6 +8,10 @@
 
 #ifndef STRATA_HAS_URING
 #define STRATA_HAS_URING 0
+#endif
+
+#ifndef STRATA_HAS_S3
+#define STRATA_HAS_S3 0
 #endif
 
 /// 1: the most common instantiations (the AdamW CPU kernels, offloaded_adamw's step on
