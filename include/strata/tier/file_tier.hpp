@@ -154,11 +154,7 @@ class file_tier {
         old_size = it == sizes_.end() ? 0 : it->second;
         const std::uint64_t growth = end > old_size ? end - old_size : 0;
         if (growth > 0 && (used_ + growth > opts_.capacity || used_ + growth < used_))
-          throw capacity_error(fmt::format("tier '{}': writing {} at offset {} of object '{}' would use {} of a {} "
-                                           "budget",
-                                           opts_.name, format_size(bytes.size()), offset, object,
-                                           format_size(used_ + growth), format_size(opts_.capacity)),
-                               used_ + growth, opts_.capacity);
+          throw over_budget_error(opts_.name, object, offset, bytes.size(), used_ + growth, opts_.capacity);
         if (it == sizes_.end()) {
           journal_.created(object);  // before the file exists: a kill from here on leaves it known as ours
           sizes_.emplace(std::string(object), std::max(old_size, end));
@@ -197,8 +193,7 @@ class file_tier {
     try {
       validate_object_name(opts_.name, object);
       const auto size = this->size(object);
-      if (!size || offset > *size || dst.size() > *size - offset)
-        throw out_of_range_error(opts_.name, object, offset, dst.size(), size);
+      check_read_range(opts_.name, object, offset, dst.size(), size);
       const auto path = path_of(object);
       auto fd = open_counted(path, O_RDONLY | (direct_ ? O_DIRECT : 0), /*own=*/!is_foreign(object));
       auto req = std::make_shared<request>(this, std::string(object), path, std::move(fd), /*write=*/false, offset,
@@ -295,10 +290,8 @@ class file_tier {
   [[nodiscard]] std::string_view name() const { return opts_.name; }
   /// Declared bandwidths where given, else those measured from the requests served so far.
   [[nodiscard]] tier_descriptor descriptor() const {
-    const double r = opts_.read_bandwidth > 0 ? opts_.read_bandwidth : read_meter_.bytes_per_second();
-    const double w = opts_.write_bandwidth > 0 ? opts_.write_bandwidth : write_meter_.bytes_per_second();
-    const bool measured = (opts_.read_bandwidth <= 0 && r > 0) || (opts_.write_bandwidth <= 0 && w > 0);
-    return {opts_.name, tier_kind::file, r, w, measured};
+    return declared_or_measured(opts_.name, tier_kind::file, opts_.read_bandwidth, opts_.write_bandwidth, read_meter_,
+                                write_meter_);
   }
 
   /// Registers host buffers that requests will reuse (a pipeline's staging slots, say): with

@@ -6,6 +6,10 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <string>
+#include <utility>
+
+#include "strata/tier/tier.hpp"
 
 namespace strata {
 
@@ -52,5 +56,15 @@ class throughput_meter {
   clock::time_point busy_since_{};
   clock::duration busy_{};
 };
+
+/// A tier's descriptor: its declared bandwidths where given (> 0), else those its meters measured.
+[[nodiscard]] inline tier_descriptor declared_or_measured(std::string name, tier_kind kind, double declared_read,
+                                                          double declared_write, const throughput_meter& reads,
+                                                          const throughput_meter& writes) {
+  const double r = declared_read > 0 ? declared_read : reads.bytes_per_second();
+  const double w = declared_write > 0 ? declared_write : writes.bytes_per_second();
+  const bool measured = (declared_read <= 0 && r > 0) || (declared_write <= 0 && w > 0);
+  return {std::move(name), kind, r, w, measured};
+}
 
 }  // namespace strata

@@ -109,4 +109,22 @@ inline std::uint64_t validate_write(std::string_view tier_name, std::string_view
                                   tier_name, length, offset, object, *size));
 }
 
+/// Checks that a read of [offset, offset + length) lies inside an object of `size` bytes
+/// (nullopt: absent); out_of_range_error otherwise.
+inline void check_read_range(std::string_view tier_name, std::string_view object, std::uint64_t offset,
+                             std::uint64_t length, std::optional<std::uint64_t> size) {
+  if (!size || offset > *size || length > *size - offset)
+    throw out_of_range_error(tier_name, object, offset, length, size);
+}
+
+/// The capacity_error for a write that would take a tier's bytes to `would_use`, past `budget`.
+[[nodiscard]] inline capacity_error over_budget_error(std::string_view tier_name, std::string_view object,
+                                                      std::uint64_t offset, std::uint64_t bytes,
+                                                      std::uint64_t would_use, std::uint64_t budget) {
+  return capacity_error(fmt::format("tier '{}': writing {} at offset {} of object '{}' would use {} of a {} budget",
+                                    tier_name, format_size(bytes), offset, object, format_size(would_use),
+                                    format_size(budget)),
+                        would_use, budget);
+}
+
 }  // namespace strata
