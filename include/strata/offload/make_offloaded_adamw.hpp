@@ -45,6 +45,7 @@
 #include "strata/tier/host_tier.hpp"
 #include "strata/tier/limited.hpp"
 #include "strata/tier/multipath.hpp"
+#include "strata/tier/object_store_tier.hpp"
 #include "strata/tier/striped.hpp"
 #include "strata/tier/throttled.hpp"
 
@@ -54,6 +55,9 @@ namespace strata {
 struct offload_path_config {
   std::filesystem::path directory;  ///< where the objects go; empty: host memory (for tests and demos)
   std::string name;                 ///< shown in stats; default: the directory (or "host<i>")
+  /// An object store instead of a directory: "s3://bucket/prefix" (credentials, region and
+  /// endpoint from the AWS_* variables; see object_store_tier). Needs STRATA_HAS_S3.
+  std::string url{};
   double read_cap = 0;              ///< bytes/s; > 0 shapes the path with throttled<> (emulates a slower device)
   double write_cap = 0;             ///< bytes/s; as read_cap
   double read_bandwidth = 0;        ///< declared speed for placement and the bound (0: the cap, else measured)
@@ -127,6 +131,8 @@ class any_offloaded_adamw {
   /// The running maximum of v (amsgrad only).
   virtual void read_max_exp_avg_sq(std::span<float> out) = 0;
   virtual void save(const std::filesystem::path& dir) = 0;
+  /// Saves into a store (an object store's prefix; see offload/tier_checkpoint.hpp).
+  virtual void save(any_tier& store) = 0;
   virtual void flush() = 0;
   /// Removes the tier objects the optimizer created (see offloaded_adamw::remove_state).
   virtual std::size_t remove_state() = 0;
@@ -183,6 +189,22 @@ inline any_tier make_offload_path(const offload_path_config& p, std::size_t inde
   const double rbw = p.read_bandwidth > 0 ? p.read_bandwidth : p.read_cap;
   const double wbw = p.write_bandwidth > 0 ? p.write_bandwidth : p.write_cap;
   any_tier path = [&] {
+    if (!p.url.empty()) {
+#if STRATA_HAS_S3
+      const auto where = parse_s3_url(p.url);
+      object_store_options so;
+      so.bucket = where.bucket;
+      so.prefix = where.prefix;
+      so.name = p.name;
+      so.read_bandwidth = rbw;
+      so.write_bandwidth = wbw;
+      return any_tier::make<object_store_tier>(so);
+#else
+      throw config_error(fmt::format("path {}: strata was built without the S3 tier (libcurl and libcrypto, "
+                                     "STRATA_ENABLE_S3)",
+                                     p.url));
+#endif
+    }
     if (p.directory.empty())
       return any_tier::make<host_tier>(host_tier_options{.name = p.name.empty() ? fmt::format("host{}", index) : p.name,
                                                          .read_bandwidth = rbw,
@@ -229,7 +251,8 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
                                        Preset::options(params.size(), c.adamw, c.offload), typename Preset::order{},
                                        typename Preset::eviction{}, site_, c.trace));
   }
-  void load(const offloaded_adamw_config& c, const std::filesystem::path& dir) {
+  template <class Where>  // a directory or a store
+  void load(const offloaded_adamw_config& c, Where& dir) {
     // The preset's options depend on the parameter count, which the checkpoint holds: read it first.
     const auto probe = optimizer::load_manifest(dir);
     auto base = c.offload;
@@ -284,6 +307,7 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
   void read_moments(std::span<float> m, std::span<float> v) override { opt_->read_moments(m, v); }
   void read_max_exp_avg_sq(std::span<float> out) override { opt_->read_max_exp_avg_sq(out); }
   void save(const std::filesystem::path& dir) override { opt_->save(dir); }
+  void save(any_tier& store) override { opt_->save(store); }
   void flush() override { opt_->flush(); }
   std::size_t remove_state() override { return opt_ ? opt_->remove_state() : 0; }
   [[nodiscard]] std::uint64_t step_count() const override { return opt_->step_count(); }
@@ -388,6 +412,13 @@ template <executor Exec, update_site Site>
                                                                                 const std::filesystem::path& dir) {
   return detail::make_runtime<host_executor<>>(config, nullptr, always_host{},
                                                [&](auto& o, const offloaded_adamw_config& c) { o.load(c, dir); });
+}
+
+/// Builds the preset's optimizer over the configured paths from the checkpoint in `store`.
+[[nodiscard]] inline std::unique_ptr<any_offloaded_adamw> load_offloaded_adamw(const offloaded_adamw_config& config,
+                                                                                any_tier& store) {
+  return detail::make_runtime<host_executor<>>(config, nullptr, always_host{},
+                                               [&](auto& o, const offloaded_adamw_config& c) { o.load(c, store); });
 }
 
 /// As above, with updates on `exec` where `site` says (see make_offloaded_adamw).

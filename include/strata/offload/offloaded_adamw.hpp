@@ -173,10 +173,27 @@ class offloaded_adamw : public detail::offload_core<Exec> {
     return load_impl(dir, tier, &exec, std::move(offload), std::move(order), std::move(evict), std::move(site), trace);
   }
 
+  /// Restores the checkpoint saved into `store` (save(any_tier&): an object store, say) onto
+  /// `tier`; a missing or damaged part, manifest or pointer is an integrity_error.
+  [[nodiscard]] static offloaded_adamw load(any_tier& store, Tier& tier, offload_options offload = {},
+                                            Order order = Order{}, Evict evict = Evict{}, tracer* trace = nullptr)
+    requires std::default_initializable<Exec>
+  {
+    return load_impl(store, tier, nullptr, std::move(offload), std::move(order), std::move(evict), Site{}, trace);
+  }
+  /// As above, with device updates on `exec` where `site` says.
+  [[nodiscard]] static offloaded_adamw load(any_tier& store, Tier& tier, Exec& exec, offload_options offload = {},
+                                            Order order = Order{}, Evict evict = Evict{}, Site site = Site{},
+                                            tracer* trace = nullptr) {
+    return load_impl(store, tier, &exec, std::move(offload), std::move(order), std::move(evict), std::move(site), trace);
+  }
+
   /// The verified manifest of the checkpoint in `dir` (step count, layout, hyper-parameters).
   [[nodiscard]] static checkpoint_manifest load_manifest(const std::filesystem::path& dir) {
     return read_checkpoint_manifest(dir);
   }
+  /// The verified manifest of the checkpoint in `store`.
+  [[nodiscard]] static checkpoint_manifest load_manifest(any_tier& store) { return read_checkpoint_manifest(store); }
 
   offloaded_adamw(offloaded_adamw&&) noexcept = default;
   offloaded_adamw& operator=(offloaded_adamw&&) = delete;
@@ -196,8 +213,9 @@ class offloaded_adamw : public detail::offload_core<Exec> {
              any_eviction_policy(std::move(evict)), any_update_site(std::move(site)), trace),
         tier_(&tier) {}
 
-  static offloaded_adamw load_impl(const std::filesystem::path& dir, Tier& tier, Exec* exec, offload_options offload,
-                                   Order order, Evict evict, Site site, tracer* trace) {
+  template <class Where>  // a directory or a store
+  static offloaded_adamw load_impl(Where& dir, Tier& tier, Exec* exec, offload_options offload, Order order,
+                                   Evict evict, Site site, tracer* trace) {
     const auto m = core::checked_manifest(dir);
     offload.subgroup_elems = static_cast<std::size_t>(m.subgroup_elems);
     offloaded_adamw opt(tier, exec, static_cast<std::size_t>(m.params), m.options, std::move(offload), std::move(order),

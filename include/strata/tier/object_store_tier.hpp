@@ -140,6 +140,34 @@ struct s3_location {
   return l;
 }
 
+/// A command-line path to an object store: "s3://bucket/prefix[:read_bw[:write_bw]]", bandwidths
+/// as sizes per second ("2GB"; one given: both), as `strata-bench` and `offload_demo` take it.
+struct s3_path_arg {
+  std::string url;  ///< "s3://bucket/prefix"
+  s3_location where;
+  double read_bandwidth = 0;  ///< bytes/s; 0: not given
+  double write_bandwidth = 0;
+};
+
+/// Whether a command-line path names an object store.
+[[nodiscard]] inline bool is_s3_url(std::string_view text) noexcept { return text.starts_with("s3://"); }
+
+[[nodiscard]] inline s3_path_arg parse_s3_path_arg(std::string_view text) {
+  s3_path_arg a;
+  const auto colon = text.find(':', 5);  // past "s3://"
+  a.url = std::string(text.substr(0, colon));
+  a.where = parse_s3_url(a.url);
+  if (colon != std::string_view::npos) {
+    const std::string_view rest = text.substr(colon + 1);
+    const auto c2 = rest.find(':');
+    a.read_bandwidth = static_cast<double>(parse_size(rest.substr(0, c2)));
+    a.write_bandwidth = c2 == std::string_view::npos ? a.read_bandwidth : static_cast<double>(parse_size(rest.substr(c2 + 1)));
+    STRATA_EXPECTS(a.read_bandwidth > 0 && a.write_bandwidth > 0, config_error,
+                   "'{}': bandwidths must be positive (s3://bucket/prefix[:READ[:WRITE]])", text);
+  }
+  return a;
+}
+
 namespace detail {
 
 /// SHA-256 (hex, for the signature) and MD5 (raw, for the ETag) of a payload, in one pass.

@@ -41,6 +41,7 @@
 #include "strata/offload/adamw_subgroup_kernel.hpp"
 #include "strata/offload/checkpoint.hpp"
 #include "strata/offload/checkpoint_manifest.hpp"
+#include "strata/offload/tier_checkpoint.hpp"
 #include "strata/offload/gradient_intake.hpp"
 #include "strata/offload/offload_layout.hpp"
 #include "strata/offload/offload_options.hpp"
@@ -291,20 +292,18 @@ class offload_core {
   /// loadable. Data files of earlier checkpoints are removed once the new manifest is durable.
   /// Throws config_error during a failed step (finish it first), io_error on file errors.
   void save(const std::filesystem::path& dir) {
-    check_state("save");
-    STRATA_EXPECTS(!partial_, config_error,
-                   "offloaded_adamw::save: step {} failed part-way; retry it before saving", step_count_ + 1);
+    auto m = manifest_for_save();
     trace_span span(tracer_, "offload.save");
-    checkpoint_manifest m;
-    m.step = step_count_;
-    m.params = layout_.params;
-    m.subgroup_elems = layout_.subgroup_elems;
-    m.sections = layout_.sections;
-    m.options = options_;
-    m.loss_scaling = scaler_.enabled();
-    m.loss_scale = scaler_.scale();
-    m.growth_tracker = scaler_.growth_tracker();
     write_checkpoint(dir, std::move(m), layout_.subgroups(), [&](auto&& fn) { s_->pipeline.visit(fn); });
+  }
+
+  /// Writes a consistent checkpoint into `store`, a tier (an object_store_tier on a prefix of its
+  /// own, say): one object per subgroup, then the manifest, then a pointer to it (see
+  /// offload/tier_checkpoint.hpp). The previous checkpoint stays loadable until the pointer moved.
+  void save(any_tier& store) {
+    auto m = manifest_for_save();
+    trace_span span(tracer_, "offload.save");
+    write_checkpoint(store, std::move(m), layout_.subgroups(), [&](auto&& fn) { s_->pipeline.visit(fn); });
   }
 
   /// Steps completed (skipped steps not included).
@@ -429,17 +428,46 @@ class offload_core {
     return offload_layout::of(params, options, offload);  // (refuses counts whose sizes overflow)
   }
 
-  // The manifest of the checkpoint in `dir`, checked against the options it implies.
-  static checkpoint_manifest checked_manifest(const std::filesystem::path& dir) {
-    auto m = read_checkpoint_manifest(dir);
-    if (m.options.amsgrad != (m.sections == 4))
-      throw integrity_error("checkpoint", (dir / "manifest").string(), 0, "amsgrad does not match the number of arrays");
+  // What a save records (everything but the data), after checking that one may be taken now.
+  checkpoint_manifest manifest_for_save() {
+    check_state("save");
+    STRATA_EXPECTS(!partial_, config_error,
+                   "offloaded_adamw::save: step {} failed part-way; retry it before saving", step_count_ + 1);
+    checkpoint_manifest m;
+    m.step = step_count_;
+    m.params = layout_.params;
+    m.subgroup_elems = layout_.subgroup_elems;
+    m.sections = layout_.sections;
+    m.options = options_;
+    m.loss_scaling = scaler_.enabled();
+    m.loss_scale = scaler_.scale();
+    m.growth_tracker = scaler_.growth_tracker();
     return m;
   }
 
+  // The manifest of the checkpoint in `dir` (a directory or a store), checked against the
+  // options it implies.
+  template <class Where>
+  static checkpoint_manifest checked_manifest(Where&& where) {
+    auto m = read_checkpoint_manifest(where);
+    if (m.options.amsgrad != (m.sections == 4))
+      throw integrity_error("checkpoint", describe(where), 0, "amsgrad does not match the number of arrays");
+    return m;
+  }
+  static std::string describe(const std::filesystem::path& dir) { return (dir / "manifest").string(); }
+  static std::string describe(const any_tier& store) { return fmt::format("{}/manifest", store.name()); }
+
   // Restores the state of checkpoint `m` in `dir` (read by the caller) onto the tier.
   void restore(const std::filesystem::path& dir, const checkpoint_manifest& m) {
-    const checkpoint_reader reader(dir, m, layout_.subgroups(), [&](std::size_t s) { return layout_.state_bytes(s); });
+    restore_from(checkpoint_reader(dir, m, layout_.subgroups(), [&](std::size_t s) { return layout_.state_bytes(s); }), m);
+  }
+  // The same from a checkpoint in a store.
+  void restore(any_tier& store, const checkpoint_manifest& m) {
+    restore_from(store_checkpoint_reader(store, m, layout_.subgroups(), [&](std::size_t s) { return layout_.state_bytes(s); }),
+                 m);
+  }
+  template <class Reader>
+  void restore_from(const Reader& reader, const checkpoint_manifest& m) {
     check_tier_room();
     write_initial_state([&](std::size_t s, std::span<std::byte> state) { reader.read(s, state); });
     step_count_ = m.step;
