@@ -34,6 +34,16 @@ strata::offload_options small_options(std::size_t sg, std::size_t cache_slots, c
   return off;
 }
 
+/// A run-time config over `paths` paths in host memory (named a, b, ...), `sg` per subgroup.
+strata::offloaded_adamw_config host_config(std::size_t paths, std::size_t sg) {
+  strata::offloaded_adamw_config c;
+  c.paths.resize(paths);  // in host memory (no directory)
+  for (std::size_t i = 0; i < paths; ++i) c.paths[i].name = std::string(1, static_cast<char>('a' + i));
+  c.offload.subgroup_elems = sg;
+  c.offload.threads = 2;
+  return c;
+}
+
 strata::adamw_state_view state_of(const flat_reference& ref) {
   return {ref.m, ref.v, ref.vmax, static_cast<std::uint64_t>(ref.steps)};
 }
@@ -80,13 +90,8 @@ TEST_CASE("the run-time optimizer starts from existing state too, and reads back
     const auto g = random_grads<float>(n, 80 + static_cast<std::uint64_t>(t));
     ref.step(std::span<const float>(g), 1e-3);
   }
-  strata::offloaded_adamw_config c;
-  c.paths.resize(2);  // in host memory (no directory)
-  c.paths[0].name = "a";
-  c.paths[1].name = "b";
+  auto c = host_config(2, 250);
   c.adamw = ao;
-  c.offload.subgroup_elems = 250;
-  c.offload.threads = 2;
   auto opt = strata::make_offloaded_adamw(c, ref.p, state_of(ref));
   REQUIRE(opt->step_count() == 2);
   const auto g = random_grads<float>(n, 82);
@@ -104,10 +109,7 @@ TEST_CASE("the run-time optimizer starts from existing state too, and reads back
 
 TEST_CASE("the run-time optimizer writes the updated weights into an fp32, bf16 or fp16 model copy in the step") {
   const std::size_t n = 700;
-  strata::offloaded_adamw_config c;
-  c.paths.resize(1);
-  c.offload.subgroup_elems = 256;
-  c.offload.threads = 2;
+  auto c = host_config(1, 256);
   const auto params = random_params(n, 11);
   auto opt = strata::make_offloaded_adamw(c, params);
   std::vector<float> f32(n, -1.0f);
@@ -138,12 +140,7 @@ TEST_CASE("the run-time optimizer writes the updated weights into an fp32, bf16 
 
 TEST_CASE("the run-time optimizer on an executor takes device gradient ranges and writes a device model copy") {
   const std::size_t n = 900;
-  strata::offloaded_adamw_config c;
-  c.paths.resize(2);  // in host memory (no directory)
-  c.paths[0].name = "a";
-  c.paths[1].name = "b";
-  c.offload.subgroup_elems = 200;
-  c.offload.threads = 2;
+  auto c = host_config(2, 200);
   const auto params = random_params(n, 21);
   strata::host_executor<> exec;
   auto dev = strata::make_offloaded_adamw(c, exec, strata::alternating_site{1, 1}, params);
@@ -178,10 +175,7 @@ TEST_CASE("the run-time optimizer on an executor takes device gradient ranges an
 
 TEST_CASE("discarded gradients may be handed over again, and the step uses only the new ones") {
   const std::size_t n = 500;
-  strata::offloaded_adamw_config c;
-  c.paths.resize(1);
-  c.offload.subgroup_elems = 128;
-  c.offload.threads = 2;
+  auto c = host_config(1, 128);
   const auto params = random_params(n, 12);
   auto opt = strata::make_offloaded_adamw(c, params);
   auto twin = strata::make_offloaded_adamw(c, params);
