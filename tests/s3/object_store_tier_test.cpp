@@ -21,7 +21,9 @@
 
 namespace strata_test::tier_suite {
 STRATA_TIER_SUITE(strata_test::s3_fixture, strata_test::s3_checksummed_fixture,
-                  strata_test::s3_limited_throttled_fixture, strata_test::s3_multipath_fixture);
+                  strata_test::s3_limited_throttled_fixture,
+                  strata_test::s3_multipath_fixture<strata::bandwidth_proportional>,
+                  strata_test::s3_multipath_fixture<strata::adaptive>);
 }  // namespace strata_test::tier_suite
 
 namespace object_store_tier_test {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -93,13 +94,17 @@ struct s3_limited_throttled_fixture {
   tier_type t;
 };
 
-/// A third path: a directory and the object store under bandwidth-proportional placement.
+/// A third path: a directory and the object store under a placement policy (bandwidth-
+/// proportional, or adaptive: from the throughput each path delivered).
+template <class Placement>
 struct s3_multipath_fixture {
-  static constexpr const char* name = "multipath<bandwidth_proportional, file_tier, object_store_tier>";
-  using tier_type = strata::multipath<strata::bandwidth_proportional, strata::file_tier, strata::object_store_tier>;
+  static constexpr const char* name = std::is_same_v<Placement, strata::adaptive>
+                                          ? "multipath<adaptive, file_tier, object_store_tier>"
+                                          : "multipath<bandwidth_proportional, file_tier, object_store_tier>";
+  using tier_type = strata::multipath<Placement, strata::file_tier, strata::object_store_tier>;
   static bool skip() { return s3_fixture::skip(); }
   explicit s3_multipath_fixture(std::uint64_t cap = strata::unlimited_capacity)
-      : t(strata::bandwidth_proportional{}, with_bw(file_opts(dir.path(), strata::io_backend::automatic, half(cap), "nvme")),
+      : t(Placement{}, with_bw(file_opts(dir.path(), strata::io_backend::automatic, half(cap), "nvme")),
           with_bw(server_options("multipath", half(cap)))) {}
   ~s3_multipath_fixture() { remove_all(t.template path<1>()); }
   static std::uint64_t half(std::uint64_t c) { return c == strata::unlimited_capacity ? c : c / 2; }

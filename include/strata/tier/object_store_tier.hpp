@@ -78,13 +78,13 @@ namespace strata {
 
 /// Options of an object_store_tier. Empty strings take the AWS_* variables (see the header).
 struct object_store_options {
-  std::string bucket;
-  std::string prefix;    ///< key prefix, e.g. "runs/7/" (a '/' is added when missing)
-  std::string endpoint;  ///< "http://127.0.0.1:8333", "https://s3.eu-west-1.amazonaws.com"
-  std::string region;
+  std::string bucket{};
+  std::string prefix{};    ///< key prefix, e.g. "runs/7/" (a '/' is added when missing)
+  std::string endpoint{};  ///< "http://127.0.0.1:8333", "https://s3.eu-west-1.amazonaws.com"
+  std::string region{};
   /// Path-style addressing (https://host/bucket/key) instead of virtual-hosted
   /// (https://bucket.host/key). Default: path style for an explicit endpoint, else virtual-hosted.
-  std::optional<bool> path_style;
+  std::optional<bool> path_style{};
   std::uint64_t part_size = 8ULL << 20;  ///< upload part and ranged-GET size (>= 5 MiB)
   unsigned max_connections = 16;
   unsigned max_retries = 6;  ///< retries after the first attempt
@@ -93,13 +93,13 @@ struct object_store_options {
   std::uint64_t capacity = unlimited_capacity;  ///< a budget on the bytes the tier holds
   double read_bandwidth = 0;                    ///< declared, bytes/s; 0 = use the measured value
   double write_bandwidth = 0;
-  std::string ca_file;     ///< CA bundle for https; empty: the system's
+  std::string ca_file{};     ///< CA bundle for https; empty: the system's
   bool verify_tls = true;  ///< off only for a test server with a self-signed certificate
   bool verify_etag = true;  ///< check that each PUT's ETag is the MD5 of what was sent
-  std::string access_key_id;
-  std::string secret_access_key;
-  std::string session_token;
-  std::string name;  ///< default "s3://<bucket>/<prefix>"
+  std::string access_key_id{};
+  std::string secret_access_key{};
+  std::string session_token{};
+  std::string name{};  ///< default "s3://<bucket>/<prefix>"
   std::size_t hash_threads = 0;  ///< threads hashing payloads; 0: min(4, CPUs)
   std::chrono::seconds stall_timeout{60};
   unsigned list_page_size = 1000;  ///< keys per listing page (S3's maximum)
