@@ -7,6 +7,12 @@
 // A path is DIR[@READ/WRITE]: READ and WRITE are the path's bandwidths in bytes per second (from
 // fio or `strata-bench io`), used for placement and for the bound. With --cap they also cap the
 // path (throttled), to emulate a slower device on one disk.
+//
+// A path may be an object store: s3://bucket/prefix[@READ/WRITE] or s3://bucket/prefix[:READ[:WRITE]]
+// (credentials, endpoint and region from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+// AWS_REGION). S3 has no journal or lock to tell another run's objects from this one's, so a
+// prefix that already holds objects of a tier is refused unless --adopt-existing; the run removes
+// the objects it wrote (remove_state) and nothing else.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +37,10 @@ constexpr const char* usage =
     "  --preset NAME     zero_infinity | mlp_offload | strata; default strata\n"
     "  --path DIR[@R/W]  a path (repeat; DIR 'host': host memory); R/W its read/write bandwidth in\n"
     "                    bytes/s (e.g. 2GB/1.5GB); a trailing '!' also caps that path to them\n"
+    "  --path s3://bucket/prefix[@R/W]  or  s3://bucket/prefix[:R[:W]]\n"
+    "                    an object store (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
+    "                    AWS_REGION); bandwidths as above (one given: both); a prefix that holds\n"
+    "                    objects already is refused unless --adopt-existing\n"
     "  --cap             also cap each path to its declared bandwidth (emulation)\n"
     "  --cache SIZE      host cache (mlp_offload, or strata without --budget)\n"
     "  --budget SIZE     host memory budget (strata sizes its cache from it)\n"
@@ -38,7 +48,8 @@ constexpr const char* usage =
     "  --threads N       kernel threads; default: all CPUs\n"
     "  --keep            keep the state objects and the directories made for them\n"
     "  --adopt-existing  replace files in the paths that strata did not make (another job's\n"
-    "                    objects); without it they are refused and left alone\n"
+    "                    objects), or use an s3:// prefix that holds objects; without it they are\n"
+    "                    refused and left alone\n"
     "  --no-integrity    do not checksum the state on the paths (faster, unverified reads)\n"
     "  --help            this text\n";
 
@@ -113,7 +124,28 @@ int run(int argc, char** argv) {
       const auto at = p.find('@');
       const std::string dir = p.substr(0, at);
       if (dir.empty()) fail(fmt::format("--path '{}' has no directory (DIR[@READ/WRITE]; 'host' for host memory)", p));
-      if (dir != "host") pc.directory = dir;  // "host": a path in host memory (emulation, tests)
+      if (dir.starts_with("s3://")) {
+#if STRATA_HAS_S3
+        // s3://bucket/prefix[@READ/WRITE], or the form strata-bench takes: s3://bucket/prefix[:READ[:WRITE]].
+        const auto a = strata::parse_s3_path_arg(dir);
+        if (a.read_bandwidth > 0 && at != std::string::npos)
+          fail(fmt::format("--path '{}': give the bandwidths once (@READ/WRITE or :READ:WRITE)", p));
+        pc.url = a.url;
+        pc.name = a.url;
+        if (a.read_bandwidth > 0) {
+          pc.read_bandwidth = a.read_bandwidth;
+          pc.write_bandwidth = a.write_bandwidth;
+          if (cap) {
+            pc.read_cap = pc.read_bandwidth;
+            pc.write_cap = pc.write_bandwidth;
+          }
+        }
+#else
+        fail(fmt::format("--path {}: this build has no S3 tier (libcurl and libcrypto, STRATA_ENABLE_S3)", dir));
+#endif
+      } else if (dir != "host") {
+        pc.directory = dir;  // "host": a path in host memory (emulation, tests)
+      }
       if (at != std::string::npos) {
         auto bw = p.substr(at + 1);
         const bool capped = cap || (!bw.empty() && bw.back() == '!');
@@ -127,10 +159,17 @@ int run(int argc, char** argv) {
           pc.write_cap = pc.write_bandwidth;
         }
       }
-      for (const auto& q : cfg.paths)
+      for (const auto& q : cfg.paths) {
         if (!pc.directory.empty() && !q.directory.empty() &&
             std::filesystem::weakly_canonical(q.directory) == std::filesystem::weakly_canonical(pc.directory))
           fail(fmt::format("--path {} is given twice (each path needs its own directory)", pc.directory.string()));
+        const auto trimmed = [](std::string u) {
+          while (u.ends_with('/')) u.pop_back();
+          return u;
+        };
+        if (!pc.url.empty() && trimmed(q.url) == trimmed(pc.url))
+          fail(fmt::format("--path {} is given twice (each path needs its own prefix)", pc.url));
+      }
       cfg.paths.push_back(pc);
     }
   } catch (const strata::error& e) {
@@ -148,7 +187,7 @@ int run(int argc, char** argv) {
   {
     const auto layout = strata::offload_layout::of(params, cfg.adamw, cfg.offload);
     std::uint64_t host_paths = 0;
-    for (const auto& p : cfg.paths) host_paths += p.directory.empty() ? 1 : 0;
+    for (const auto& p : cfg.paths) host_paths += p.directory.empty() && p.url.empty() ? 1 : 0;
     const std::uint64_t state = host_paths > 0 ? params * layout.sections * sizeof(float) : 0;
     strata::require_physical_memory(
         params * (sizeof(float) + sizeof(strata::bf16)) + layout.bookkeeping_bytes() + state,
@@ -180,6 +219,25 @@ int run(int argc, char** argv) {
   } guard{keep, dirs, opt};
   for (const auto& p : cfg.paths)
     if (!p.directory.empty()) dirs.create(p.directory);
+#if STRATA_HAS_S3
+  // An object store's prefix must hold no tier objects yet (unless --adopt-existing): the optimizer
+  // would overwrite objects of its names and remove_state() them, and S3 cannot tell whose they are.
+  if (!adopt)
+    for (const auto& p : cfg.paths) {
+      if (p.url.empty()) continue;
+      const auto where = strata::parse_s3_url(p.url);
+      strata::object_store_options so;
+      so.bucket = where.bucket;
+      so.prefix = where.prefix;
+      so.name = p.url;
+      const auto held = strata::object_store_tier(so).objects();
+      if (!held.empty())
+        throw strata::error(fmt::format("{} already holds {} object{} ({}{}), another run's? Not using it: give a "
+                                        "prefix of its own, or --adopt-existing to replace them",
+                                        p.url, held.size(), held.size() == 1 ? "" : "s", held.front(),
+                                        held.size() > 1 ? ", ..." : ""));
+    }
+#endif
 
   // Cheap deterministic values (a normal generator would take longer than a step at 1e9).
   std::vector<float> init(params);
@@ -216,6 +274,10 @@ int run(int argc, char** argv) {
                   p.read_bandwidth / 1e9, p.write_bandwidth / 1e9);
     std::fflush(stdout);
   }
+  // What each path moved over the whole run (the initial state included).
+  for (const auto& p : opt->path_totals())
+    std::printf("path %s: %llu bytes read, %llu bytes written in all\n", p.name.c_str(),
+                static_cast<unsigned long long>(p.bytes_read), static_cast<unsigned long long>(p.bytes_written));
   return 0;
 }
 

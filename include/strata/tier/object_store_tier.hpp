@@ -5,8 +5,10 @@
 ///
 /// - Transport: libcurl's multi interface on one I/O thread (tier/detail/http_client.hpp), kept-
 ///   alive connections (`max_connections`), requests signed with our own SigV4 signer
-///   (tier/detail/sigv4.hpp). Payloads are hashed (SHA-256 for the signature, MD5 to check the
-///   ETag the store answers) on a small pool, not on the I/O thread.
+///   (tier/detail/sigv4.hpp). Over http the payload's SHA-256 is signed too (S3 refuses a body
+///   that changed on the way); over https TLS protects it and the payload goes unsigned unless
+///   `sign_payload` says otherwise. `verify_etag` adds an MD5 check of each answer's ETag.
+///   Payloads are hashed on a small pool, not on the I/O thread.
 /// - Writes: a whole-object write up to `part_size` is one PUT; a larger one is a multipart
 ///   upload whose parts are in flight together (parts grown so an object never needs more than
 ///   10,000); a failed upload is aborted. A write completes only after the store confirmed the
@@ -95,7 +97,12 @@ struct object_store_options {
   double write_bandwidth = 0;
   std::string ca_file{};     ///< CA bundle for https; empty: the system's
   bool verify_tls = true;  ///< off only for a test server with a self-signed certificate
-  bool verify_etag = true;  ///< check that each PUT's ETag is the MD5 of what was sent
+  /// Sign each payload's SHA-256 (S3 then refuses a body that changed on the way). Default: yes
+  /// over http, no over https, where TLS protects the body and the hashing would cost CPU.
+  std::optional<bool> sign_payload{};
+  /// Also check that each PUT's ETag is the MD5 of what was sent (an MD5 per byte uploaded, off
+  /// by default: a signed payload or TLS covers the transfer, checksummed<> the whole way).
+  bool verify_etag = false;
   std::string access_key_id{};
   std::string secret_access_key{};
   std::string session_token{};
@@ -170,23 +177,24 @@ struct s3_path_arg {
 
 namespace detail {
 
-/// SHA-256 (hex, for the signature) and MD5 (raw, for the ETag) of a payload, in one pass.
+/// SHA-256 (hex, for the signature; "UNSIGNED-PAYLOAD" when not signed) and MD5 (raw, for the ETag), in one pass.
 struct payload_digests {
   std::string sha256_hex;
   std::vector<unsigned char> md5;
 };
 
-inline payload_digests digest_payload(std::span<const std::byte> data, bool with_md5) {
-  sha256_hasher sha;
+inline payload_digests digest_payload(std::span<const std::byte> data, bool with_sha256, bool with_md5) {
+  std::optional<sha256_hasher> sha;
+  if (with_sha256) sha.emplace();
   std::optional<evp_hasher> md5;
   if (with_md5) md5.emplace(::EVP_md5());
   constexpr std::size_t piece = 256 << 10;  // both digests read each piece while it is in cache
   for (std::size_t pos = 0; pos < data.size(); pos += piece) {
     const auto p = data.subspan(pos, std::min(piece, data.size() - pos));
-    sha.update(p);
+    if (sha) sha->update(p);
     if (md5) md5->update(p);
   }
-  return {sha.hex_final(), md5 ? md5->final_bytes() : std::vector<unsigned char>{}};
+  return {sha ? sha->hex_final() : std::string("UNSIGNED-PAYLOAD"), md5 ? md5->final_bytes() : std::vector<unsigned char>{}};
 }
 
 /// The text of the first <tag>...</tag> in `xml` at or after `from`, entities decoded.
@@ -274,6 +282,7 @@ class object_store_tier {
                                     fmt::format("https://s3.{}.amazonaws.com", opts_.region));
     path_style_ = opts_.path_style.value_or(explicit_endpoint);
     parse_endpoint();
+    sign_payload_ = opts_.sign_payload.value_or(scheme_ == "http");
     creds_.access_key_id = detail::env_or(opts_.access_key_id, {"AWS_ACCESS_KEY_ID"});
     creds_.secret_access_key = detail::env_or(opts_.secret_access_key, {"AWS_SECRET_ACCESS_KEY"});
     creds_.session_token = detail::env_or(opts_.session_token, {"AWS_SESSION_TOKEN"});
@@ -832,7 +841,7 @@ class object_store_tier {
       (void)hashers_->submit([this, data, then = std::move(then)]() mutable noexcept {
         detail::payload_digests d;
         try {
-          d = detail::digest_payload(data, opts_.verify_etag);
+          d = detail::digest_payload(data, sign_payload_, opts_.verify_etag);
         } catch (...) {
           then(std::current_exception(), {});
           return;
@@ -946,6 +955,7 @@ class object_store_tier {
   std::string scheme_;
   std::string host_;
   bool path_style_ = true;
+  bool sign_payload_ = true;
   mutable std::mutex mutex_;
   std::map<std::string, std::uint64_t, std::less<>> index_;
   std::uint64_t used_ = 0;
