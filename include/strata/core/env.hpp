@@ -35,7 +35,7 @@ struct env_variable {
 };
 
 /// Every STRATA_* variable strata reads. Keep README's table in step with this list.
-inline constexpr std::array<env_variable, 7> env_variables{{
+inline constexpr std::array<env_variable, 8> env_variables{{
     {"STRATA_NUM_THREADS", "threads of the pools strata creates when none is given (1..1024)",
      "the number of online CPUs"},
     {"STRATA_IO_BACKEND", "file_tier engine: auto, uring or posix", "auto (io_uring when available)"},
@@ -45,6 +45,8 @@ inline constexpr std::array<env_variable, 7> env_variables{{
     {"STRATA_IO_THREADS", "file_tier POSIX engine threads (1..256)", "4"},
     {"STRATA_NODE_LIMITER_DIR", "directory of node_limiter files (absolute; node-local, with flock)",
      "/dev/shm/strata-<uid>, else /tmp/strata-<uid>"},
+    {"STRATA_REQUIRE_S3", "strata's own tests: a missing S3 test server fails them instead of skipping (.ci/run sets it)",
+     "unset (they skip)"},
 }};
 
 namespace detail {
