@@ -156,9 +156,6 @@ struct s3_path_arg {
   double write_bandwidth = 0;
 };
 
-/// Whether a command-line path names an object store.
-[[nodiscard]] inline bool is_s3_url(std::string_view text) noexcept { return text.starts_with("s3://"); }
-
 [[nodiscard]] inline s3_path_arg parse_s3_path_arg(std::string_view text) {
   s3_path_arg a;
   const auto colon = text.find(':', 5);  // past "s3://"

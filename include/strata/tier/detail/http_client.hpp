@@ -133,8 +133,6 @@ class http_client {
 
   /// Requests started so far (retries included).
   [[nodiscard]] std::uint64_t started() const noexcept { return started_.load(std::memory_order_relaxed); }
-  /// Most transfers that were in flight at once.
-  [[nodiscard]] std::size_t peak_in_flight() const noexcept { return peak_.load(std::memory_order_relaxed); }
 
  private:
   struct transfer {
@@ -313,7 +311,6 @@ class http_client {
       started_.fetch_add(1, std::memory_order_relaxed);
       CURL* e = t->easy;
       running.emplace(e, std::move(t));
-      if (running.size() > peak_.load(std::memory_order_relaxed)) peak_.store(running.size(), std::memory_order_relaxed);
     } catch (const std::exception& ex) {
       t->resp.transport_code = CURLE_FAILED_INIT;
       t->resp.transport_error = ex.what();
@@ -400,7 +397,6 @@ class http_client {
   std::deque<std::unique_ptr<transfer>> incoming_;
   bool stopping_ = false;
   std::atomic<std::uint64_t> started_{0};
-  std::atomic<std::size_t> peak_{0};
   std::thread thread_;  // last: started when everything else is ready
 };
 
