@@ -33,6 +33,7 @@
 
 #include <fmt/format.h>
 
+#include "strata/core/detail/streaming_copy.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/notice.hpp"
 #include "strata/core/unique_function.hpp"
@@ -189,6 +190,8 @@ class http_client {
     return len;
   }
 
+  static constexpr std::uint64_t stream_receive_min = 1 << 20;
+
   static std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) noexcept {
     auto* t = static_cast<transfer*>(user);
     const std::size_t len = size * n;
@@ -200,7 +203,11 @@ class http_client {
         t->resp.overflow = true;
         return 0;  // more than was asked for: abort rather than write past the buffer
       }
-      std::memcpy(t->req.receive.data() + t->resp.received, data, len);
+      // A large read overflows the caches anyway: stream it into the caller's buffer.
+      if (t->req.receive.size() >= stream_receive_min)
+        streaming_copy(t->req.receive.data() + t->resp.received, data, len);
+      else
+        std::memcpy(t->req.receive.data() + t->resp.received, data, len);
       t->resp.received += len;
       return len;
     }
