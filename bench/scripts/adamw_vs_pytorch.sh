@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Paired rounds of `strata-bench adamw` and PyTorch's CPU AdamW (bench/pytorch_adamw_bench.py) on
 # the same problem and thread count: prints, per configuration, the median and min-max over the
-# rounds of each one's Gparams/s, strata's ratio to the same-run memcpy bound, and the per-round
+# rounds of each one's Gparams/s, strata's ratio to its same-run streams bound (adamw_streams.hpp), and the per-round
 # ratio strata / PyTorch.
 #   bench/scripts/adamw_vs_pytorch.sh PYTHON [PARAMS] [ROUNDS] [IMPL]
 # PYTHON: an interpreter with torch (e.g. a venv: pip install torch --index-url .../whl/cpu).
@@ -33,7 +33,7 @@ for line in open(sys.argv[1]):
     s, p = rest.strip().split("} {")
     rows[(int(t), g)].append((json.loads(s + "}"), json.loads("{" + p)))
 f = lambda v: f"{st.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
-print(f"| threads | grads | strata Gparams/s | strata GB/s | same-run memcpy GB/s | ratio to memcpy | PyTorch {sys.argv[2]} Gparams/s | strata / PyTorch |")
+print(f"| threads | grads | strata Gparams/s | strata GB/s | streams bound GB/s | strata / bound | PyTorch {sys.argv[2]} Gparams/s | strata / PyTorch |")
 print("|---|---|---|---|---|---|---|---|")
 for (t, g), rs in sorted(rows.items()):
     sg = [s["Gparams_per_s"] for s, _ in rs]

@@ -38,6 +38,22 @@
 
 namespace strata::detail::simd {
 
+/// How far ahead of the element being updated the kernels prefetch each stream they read. The
+/// hardware prefetchers stop at every 4 KiB page, and with four streams one core then waits on
+/// memory between its divisions. Measured on a 2-vCPU Xeon (2026-12-03, 32M parameters, fp32
+/// gradients): 35.4 -> 31.7 ms per step at 1 thread, 18.1 -> 16.4 ms at 2; 256 and 1024 elements
+/// did no better.
+inline constexpr std::size_t prefetch_ahead_elems = 512;
+
+/// Prefetches the line prefetch_ahead_elems past `p` into L1. A prefetch never faults, so the
+/// address may lie past the end of the array; it is formed as an integer, not by pointer
+/// arithmetic past the end.
+template <class T>
+[[gnu::always_inline]] inline void prefetch_ahead(const T* p) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(p) + prefetch_ahead_elems * sizeof(T);
+  _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+}
+
 // ------------------------------------------------------------------------------------------
 // AVX-512: 16 floats per vector. The zero-masked forms with all lanes selected compute the same
 // as the plain intrinsics; GCC 12's plain forms start from _mm512_undefined_*(), which makes it
@@ -160,9 +176,15 @@ STRATA_DETAIL_AVX2_FN void store8(fp16* p, f32x8 a) {
     constexpr std::size_t W = V::width;                                                                         \
     constexpr bool write_model = !std::is_same_v<H, no_model_copy>;                                             \
     std::size_t i = 0;                                                                                          \
-    for (; i + W <= n; i += W)                                                                                  \
+    for (; i + W <= n; i += W) {                                                                                \
+      prefetch_ahead(p + i);                                                                                    \
+      prefetch_ahead(m + i);                                                                                    \
+      prefetch_ahead(v + i);                                                                                    \
+      if constexpr (Amsgrad) prefetch_ahead(vmax + i);                                                          \
+      prefetch_ahead(g + i);                                                                                    \
       adamw_vector_##SUFFIX<L2, Amsgrad>(p + i, m + i, v + i, Amsgrad ? vmax + i : nullptr, g + i,              \
                                          write_model ? out + i : nullptr, k);                                   \
+    }                                                                                                           \
     if (i == n) return;                                                                                         \
     const std::size_t r = n - i;                                                                                \
     float tp[W] = {}, tm[W] = {}, tv[W] = {}, tx[W] = {};                                                       \
