@@ -16,7 +16,7 @@ bench=${STRATA_BENCH:-$here/build/default/bench/strata-bench}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for threads in 1 2; do
-  for grad in fp32 bf16; do
+  for grad in fp32 bf16 fp16; do
     for ((r = 0; r < rounds; r++)); do
       s=$("$bench" adamw --params "$params" --threads "$threads" --grad "$grad" --reps 5 --json)
       p=$("$py" "$here/bench/pytorch_adamw_bench.py" --params "$params" --threads "$threads" --grad "$grad" --impl "$impl" --json)

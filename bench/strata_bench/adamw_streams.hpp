@@ -5,7 +5,7 @@
 // p, m, v and the gradient (widened from bf16/fp16 by the same load) and stores p, m, v and the
 // model copy (narrowed by the same store), one vector at a time, over the same tiles, on the same
 // thread pool, with the same instruction set, the same software prefetches and the same kinds
-// of stores (the update uses ordinary stores, so this does too). Only adamw_element is missing: the loaded values are
+// of stores (ordinary ones for p, m and v; non-temporal ones for the model copy, as the update). Only adamw_element is missing: the loaded values are
 // hidden from the optimizer (an empty asm per vector) and stored back unchanged, so no load or
 // store can be elided. An update can therefore take no less time than this on the same buffers,
 // which makes update time / this time a real efficiency (<= 1 up to measurement noise).
@@ -35,7 +35,7 @@ void streams_portable(float* p, float* m, float* v, const G* g, H* out, std::siz
 }
 
 #if STRATA_CPU_X86_PATHS
-#define STRATA_BENCH_DEFINE_STREAMS(SUFFIX, FN, V, LOAD, STORE)                                               \
+#define STRATA_BENCH_DEFINE_STREAMS(SUFFIX, FN, V, LOAD, STORE, STREAM)                                             \
   template <class G, class H>                                                                                \
   FN void streams_##SUFFIX(float* p, float* m, float* v, const G* g, H* out, std::size_t n) {                \
     using namespace strata::detail::simd;                                                                    \
@@ -51,12 +51,13 @@ void streams_portable(float* p, float* m, float* v, const G* g, H* out, std::siz
       STORE(p + i, pv);                                                                                      \
       STORE(m + i, mv);                                                                                      \
       STORE(v + i, vv);                                                                                      \
-      if constexpr (!std::is_same_v<H, strata::detail::no_model_copy>) STORE(out + i, pv);                   \
+      if constexpr (!std::is_same_v<H, strata::detail::no_model_copy>) STREAM(out + i, pv);                  \
     }                                                                                                        \
+    if constexpr (!std::is_same_v<H, strata::detail::no_model_copy>) _mm_sfence();                           \
     streams_portable(p + i, m + i, v + i, g + i, out == nullptr ? nullptr : out + i, n - i);                 \
   }
-STRATA_BENCH_DEFINE_STREAMS(avx512, STRATA_DETAIL_AVX512_FN, f32x16, load16, store16)
-STRATA_BENCH_DEFINE_STREAMS(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8)
+STRATA_BENCH_DEFINE_STREAMS(avx512, STRATA_DETAIL_AVX512_FN, f32x16, load16, store16, stream16)
+STRATA_BENCH_DEFINE_STREAMS(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8, stream8)
 #undef STRATA_BENCH_DEFINE_STREAMS
 #endif
 

@@ -64,8 +64,8 @@ STRATA_DETAIL_KERNEL_PORTABLE void adamw_kernel_portable(float* p, float* m, flo
 }
 #if STRATA_CPU_X86_PATHS
 namespace simd {
-STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(avx512, STRATA_DETAIL_AVX512_FN, f32x16, load16, store16)
-STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8)
+STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(avx512, STRATA_DETAIL_AVX512_FN, f32x16, load16, store16, stream16)
+STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8, stream8)
 }  // namespace simd
 template <bool L2, bool Amsgrad, class G, class H>
 STRATA_DETAIL_KERNEL_AVX2 void adamw_kernel_avx2(float* p, float* m, float* v, float* vmax, const G* g, H* out,

@@ -94,17 +94,40 @@ STRATA_DETAIL_AVX512_FN f32x16 load16(const bf16* p) {
 STRATA_DETAIL_AVX512_FN f32x16 load16(const fp16* p) {
   return f32x16(_mm512_maskz_cvtph_ps(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
 }
-STRATA_DETAIL_AVX512_FN void store16(bf16* p, f32x16 a) {
+/// The 16-bit model copy's bits of 16 floats, rounded as core/half.hpp rounds.
+STRATA_DETAIL_AVX512_FN __m256i bits16(const bf16*, f32x16 a) {
   const __m512i u = _mm512_castps_si512(a.x);
   const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(all16, u, 16), _mm512_set1_epi32(1));
   const __m512i rounded = _mm512_maskz_srli_epi32(all16, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
   const __m512i nan = _mm512_or_si512(_mm512_maskz_srli_epi32(all16, u, 16), _mm512_set1_epi32(0x40));
   const __mmask16 is_nan = _mm512_cmp_ps_mask(a.x, a.x, _CMP_UNORD_Q);
   const __m512i r = _mm512_mask_blend_epi32(is_nan, rounded, nan);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(all16, r));
+  return _mm512_maskz_cvtepi32_epi16(all16, r);
+}
+STRATA_DETAIL_AVX512_FN __m256i bits16(const fp16*, f32x16 a) {
+  return _mm512_maskz_cvtps_ph(all16, a.x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+STRATA_DETAIL_AVX512_FN void store16(bf16* p, f32x16 a) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits16(p, a));
 }
 STRATA_DETAIL_AVX512_FN void store16(fp16* p, f32x16 a) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtps_ph(all16, a.x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits16(p, a));
+}
+/// The model copy's store: non-temporal where the destination is aligned for it (see
+/// stream_model_copy below), an ordinary store elsewhere; the same bits either way.
+STRATA_DETAIL_AVX512_FN void stream16(float* p, f32x16 a) {
+  if ((reinterpret_cast<std::uintptr_t>(p) & 63) == 0)
+    _mm512_stream_ps(p, a.x);
+  else
+    _mm512_storeu_ps(p, a.x);
+}
+template <class H>
+STRATA_DETAIL_AVX512_FN void stream16(H* p, f32x16 a) {
+  const __m256i b = bits16(p, a);
+  if ((reinterpret_cast<std::uintptr_t>(p) & 31) == 0)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
+  else
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), b);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -136,7 +159,8 @@ STRATA_DETAIL_AVX2_FN f32x8 load8(const bf16* p) {
 STRATA_DETAIL_AVX2_FN f32x8 load8(const fp16* p) {
   return f32x8(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
-STRATA_DETAIL_AVX2_FN void store8(bf16* p, f32x8 a) {
+/// The 16-bit model copy's bits of 8 floats, rounded as core/half.hpp rounds.
+STRATA_DETAIL_AVX2_FN __m128i bits8(const bf16*, f32x8 a) {
   const __m256i u = _mm256_castps_si256(a.x);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
   const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
@@ -145,10 +169,26 @@ STRATA_DETAIL_AVX2_FN void store8(bf16* p, f32x8 a) {
   const __m256i r = _mm256_blendv_epi8(rounded, nan, is_nan);
   // Every lane is <= 0xffff, so unsigned saturation keeps it; packus works per 128-bit half.
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  return _mm256_castsi256_si128(packed);
 }
-STRATA_DETAIL_AVX2_FN void store8(fp16* p, f32x8 a) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(a.x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+STRATA_DETAIL_AVX2_FN __m128i bits8(const fp16*, f32x8 a) {
+  return _mm256_cvtps_ph(a.x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+STRATA_DETAIL_AVX2_FN void store8(bf16* p, f32x8 a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bits8(p, a)); }
+STRATA_DETAIL_AVX2_FN void store8(fp16* p, f32x8 a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bits8(p, a)); }
+STRATA_DETAIL_AVX2_FN void stream8(float* p, f32x8 a) {
+  if ((reinterpret_cast<std::uintptr_t>(p) & 31) == 0)
+    _mm256_stream_ps(p, a.x);
+  else
+    _mm256_storeu_ps(p, a.x);
+}
+template <class H>
+STRATA_DETAIL_AVX2_FN void stream8(H* p, f32x8 a) {
+  const __m128i b = bits8(p, a);
+  if ((reinterpret_cast<std::uintptr_t>(p) & 15) == 0)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), b);
+  else
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), b);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -156,7 +196,7 @@ STRATA_DETAIL_AVX2_FN void store8(fp16* p, f32x8 a) {
 // that calls the target's intrinsics, so a macro stamps them out). The tail (n % width
 // elements) runs through the same vector code on a zero-padded copy, so every element sees the
 // same instructions whatever the tile boundaries.
-#define STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(SUFFIX, FN, V, LOAD, STORE)                                             \
+#define STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(SUFFIX, FN, V, LOAD, STORE, STREAM)                                             \
   template <bool L2, bool Amsgrad, class G, class H>                                                            \
   FN void adamw_vector_##SUFFIX(float* p, float* m, float* v, float* vmax, const G* g, H* out,                  \
                                 const adamw_step_params& k) {                                                   \
@@ -167,7 +207,7 @@ STRATA_DETAIL_AVX2_FN void store8(fp16* p, f32x8 a) {
     STORE(m, mv);                                                                                               \
     STORE(v, vv);                                                                                               \
     if constexpr (Amsgrad) STORE(vmax, xv);                                                                     \
-    if constexpr (!std::is_same_v<H, no_model_copy>) STORE(out, pv);                                            \
+    if constexpr (!std::is_same_v<H, no_model_copy>) STREAM(out, pv);                                           \
   }                                                                                                             \
   template <bool L2, bool Amsgrad, class G, class H>                                                            \
   FN void adamw_loop_##SUFFIX(float* __restrict p, float* __restrict m, float* __restrict v,                    \
@@ -185,6 +225,7 @@ STRATA_DETAIL_AVX2_FN void store8(fp16* p, f32x8 a) {
       adamw_vector_##SUFFIX<L2, Amsgrad>(p + i, m + i, v + i, Amsgrad ? vmax + i : nullptr, g + i,              \
                                          write_model ? out + i : nullptr, k);                                   \
     }                                                                                                           \
+    if constexpr (write_model) _mm_sfence(); /* the streamed copy is ordered before the caller publishes it */   \
     if (i == n) return;                                                                                         \
     const std::size_t r = n - i;                                                                                \
     float tp[W] = {}, tm[W] = {}, tv[W] = {}, tx[W] = {};                                                       \
