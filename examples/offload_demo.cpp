@@ -14,6 +14,7 @@
 // prefix that already holds objects of a tier is refused unless --adopt-existing; the run removes
 // the objects it wrote (remove_state) and nothing else.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -239,6 +240,24 @@ int run(int argc, char** argv) {
     }
 #endif
 
+  // Peak resident memory per phase, split into the demo's own arrays, what strata holds (its
+  // budgeted host memory) and the rest (process, libraries, bookkeeping).
+  const bool peaks = strata::reset_peak_resident();
+  const auto print_peak = [&](const char* phase, const char* arrays, std::uint64_t array_bytes,
+                              const strata::offload_stats& st) {
+    const auto m = strata::read_process_memory();
+    const double other = static_cast<double>(m.peak) - static_cast<double>(array_bytes) -
+                         static_cast<double>(st.host_memory_peak);
+    std::printf("%s: peak RSS %s = the demo's %s %s + strata's pipeline, cache and gradient store %s (budget %s) "
+                "+ the rest %s%.2f GiB%s\n",
+                phase, strata::format_size(m.peak).c_str(), arrays, strata::format_size(array_bytes).c_str(),
+                strata::format_size(st.host_memory_peak).c_str(),
+                st.host_memory_budget == strata::unlimited_capacity ? "unlimited"
+                                                                    : strata::format_size(st.host_memory_budget).c_str(),
+                other < 0 ? "-" : "", std::abs(other) / double(1ULL << 30),
+                peaks ? "" : " (the kernel refused to reset the peak: it counts from the start)");
+  };
+
   // Cheap deterministic values (a normal generator would take longer than a step at 1e9).
   std::vector<float> init(params);
   std::uint32_t x = 1;
@@ -258,6 +277,7 @@ int run(int argc, char** argv) {
               st0.host_memory_budget == strata::unlimited_capacity ? "unlimited"
                                                                    : strata::format_size(st0.host_memory_budget).c_str(),
               setup);
+  print_peak("set-up", "fp32 initial weights", params * sizeof(float), st0);
   init.clear();
   init.shrink_to_fit();
   std::vector<strata::bf16> grads(params);
@@ -265,6 +285,7 @@ int run(int argc, char** argv) {
     x = x * 1664525u + 1013904223u;
     g = strata::bf16(static_cast<float>(static_cast<std::int32_t>(x)) * 0x1p-41f);
   }
+  if (peaks) strata::reset_peak_resident();
   for (std::uint64_t t = 0; t < steps; ++t) {
     const auto s = opt->step(std::span<const strata::bf16>(grads), 1e-4);
     std::printf("%s\n", s.to_string().c_str());
@@ -274,6 +295,7 @@ int run(int argc, char** argv) {
                   p.read_bandwidth / 1e9, p.write_bandwidth / 1e9);
     std::fflush(stdout);
   }
+  if (steps > 0) print_peak("steps", "bf16 gradients", params * sizeof(strata::bf16), opt->stats());
   // What each path moved over the whole run (the initial state included).
   for (const auto& p : opt->path_totals())
     std::printf("path %s: %llu bytes read, %llu bytes written in all\n", p.name.c_str(),

@@ -18,6 +18,7 @@
 #include "strata/core/fs.hpp"
 #include "strata/core/half.hpp"
 #include "strata/core/host_memory.hpp"
+#include "strata/core/process_memory.hpp"
 #include "strata/core/metrics.hpp"
 #include "strata/core/node_dir.hpp"
 #include "strata/core/notice.hpp"
