@@ -13,6 +13,7 @@
 // AWS_REGION). S3 has no journal or lock to tell another run's objects from this one's, so a
 // prefix that already holds objects of a tier is refused unless --adopt-existing; the run removes
 // the objects it wrote (remove_state) and nothing else.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +44,9 @@ constexpr const char* usage =
     "                    AWS_REGION); bandwidths as above (one given: both); a prefix that holds\n"
     "                    objects already is refused unless --adopt-existing\n"
     "  --cap             also cap each path to its declared bandwidth (emulation)\n"
+    "  --probe SIZE      before set-up, write then read SIZE through each directory path alone\n"
+    "                    (O_DIRECT, 3 rounds, medians) and judge every step against the bound\n"
+    "                    from those rates too: the medium measured apart from the pipeline\n"
     "  --cache SIZE      host cache (mlp_offload, or strata without --budget)\n"
     "  --budget SIZE     host memory budget (strata sizes its cache from it)\n"
     "  --steps N         steps; default 3\n"
@@ -78,6 +82,7 @@ int run(int argc, char** argv) {
   std::uint64_t params = 10'000'000;
   std::uint64_t steps = 3;
   bool cap = false, keep = false, adopt = false;
+  std::uint64_t probe_bytes = 0;
   std::vector<std::string> path_args;
   cfg.offload.subgroup_elems = 4u << 20;
   try {
@@ -100,6 +105,9 @@ int run(int argc, char** argv) {
         path_args.push_back(value());
       } else if (a == "--cap") {
         cap = true;
+      } else if (a == "--probe") {
+        probe_bytes = strata::parse_size(value());
+        if (probe_bytes == 0) fail("--probe needs a size above zero");
       } else if (a == "--cache") {
         cfg.offload.host_cache_bytes = strata::parse_size(value());
       } else if (a == "--budget") {
@@ -220,6 +228,39 @@ int run(int argc, char** argv) {
   } guard{keep, dirs, opt};
   for (const auto& p : cfg.paths)
     if (!p.directory.empty()) dirs.create(p.directory);
+
+  // The independent bound: each directory measured alone through a file_tier of its own, before
+  // the optimizer writes anything (an object store or host path leaves it out).
+  double probe_read = 0, probe_write = 0;
+  bool probed = probe_bytes > 0;
+  if (probed) {
+    strata::direct_io_buffer data(probe_bytes);
+    for (std::uint64_t i = 0; i < probe_bytes; i += 4096) data.data()[i] = static_cast<std::byte>(i >> 12);
+    for (const auto& p : cfg.paths) {
+      if (p.directory.empty()) {
+        std::printf("probe: %s is not a directory; no independent bound\n", p.url.empty() ? "host" : p.url.c_str());
+        probed = false;
+        break;
+      }
+      strata::file_tier_options o;
+      o.directory = p.directory / ".probe";
+      o.name = "probe";
+      const bool made = !std::filesystem::exists(o.directory);
+      strata::probe_rates r;
+      {
+        strata::file_tier t(o);
+        r = strata::probe_write_read(t, data.bytes(), std::min<std::uint64_t>(probe_bytes, 64u << 20), 3);
+      }
+      if (made) std::filesystem::remove(o.directory);
+      std::ranges::sort(r.write);
+      std::ranges::sort(r.read);
+      const double w = r.write[1] * 1e9, rd = r.read[1] * 1e9;  // medians of 3
+      std::printf("probe: %s alone (%s, O_DIRECT, median of 3): read %.2f, write %.2f GB/s\n", p.directory.c_str(),
+                  strata::format_size(probe_bytes).c_str(), rd / 1e9, w / 1e9);
+      probe_read += p.read_cap > 0 ? std::min(p.read_cap, rd) : rd;
+      probe_write += p.write_cap > 0 ? std::min(p.write_cap, w) : w;
+    }
+  }
 #if STRATA_HAS_S3
   // An object store's prefix must hold no tier objects yet (unless --adopt-existing): the optimizer
   // would overwrite objects of its names and remove_state() them, and S3 cannot tell whose they are.
@@ -289,6 +330,12 @@ int run(int argc, char** argv) {
   for (std::uint64_t t = 0; t < steps; ++t) {
     const auto s = opt->step(std::span<const strata::bf16>(grads), 1e-4);
     std::printf("%s\n", s.to_string().c_str());
+    if (probed) {
+      const double bound = std::max({static_cast<double>(s.bytes_read) / probe_read,
+                                     static_cast<double>(s.bytes_written) / probe_write, s.kernel_s});
+      std::printf("  independent bound (the probes, not this step's own rates): %.3f s, efficiency %.3f\n", bound,
+                  s.total_s > 0 ? bound / s.total_s : 0.0);
+    }
     for (const auto& p : s.paths)
       std::printf("  path %s: read %s, written %s (declared %.2f / %.2f GB/s)\n", p.name.c_str(),
                   strata::format_size(p.bytes_read).c_str(), strata::format_size(p.bytes_written).c_str(),

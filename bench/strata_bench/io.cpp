@@ -7,7 +7,7 @@
 // endpoint and region from the AWS_* variables): --depth is then its connections, --part its
 // upload part and ranged-GET size; --block, --backend and --direct do not apply. The tier's
 // counters (requests, retries, parts, patches) are reported with the rates. The run writes only
-// objects "bench-<i>" under the prefix, refuses a prefix that already holds one of them, and
+// objects "probe-<i>" under the prefix, refuses a prefix that already holds one of them, and
 // removes them at the end, also on failure.
 #include <algorithm>
 #include <chrono>
@@ -65,7 +65,7 @@ int run_s3(args& a, const std::string& url_arg) {
   o.part_size = part;
   o.max_connections = static_cast<unsigned>(depth);
   std::vector<std::string> names;
-  for (std::uint64_t off = 0, i = 0; off < size; off += object, ++i) names.push_back(fmt::format("bench-{}", i));
+  for (std::uint64_t off = 0, i = 0; off < size; off += object, ++i) names.push_back(probe_object_name(i));
   aligned_buffer data(size, 4096, buffer_init::uninitialized);
   fill_incompressible(data.bytes());
 
@@ -76,7 +76,7 @@ int run_s3(args& a, const std::string& url_arg) {
     object_store_tier t(o);
     refuse_existing(t, names, t.name(), "io");
     endpoint = t.endpoint();
-    auto rates = write_read_rounds(t, data.bytes(), object, reps);  // removes its objects, also on failure
+    auto rates = probe_write_read(t, data.bytes(), object, reps);  // removes its objects, also on failure
     w = std::move(rates.write);
     r = std::move(rates.read);
     stats = t.stats();
@@ -84,10 +84,10 @@ int run_s3(args& a, const std::string& url_arg) {
   if (checksum) {
     checksummed<object_store_tier> t(checksum_options{}, o);
     refuse_existing(t.inner(), names, t.inner().name(), "io");
-    const pass_objects_guard<checksummed<object_store_tier>> objects{t, size, object};
-    (void)timed_pass(t, true, data.bytes(), object);
+    const probe_objects_guard<checksummed<object_store_tier>> objects{t, size, object};
+    (void)probe_pass(t, true, data.bytes(), object);
     for (std::uint64_t k = 0; k < reps; ++k)
-      rc.push_back(static_cast<double>(size) / timed_pass(t, false, data.bytes(), object) / 1e9);
+      rc.push_back(static_cast<double>(size) / probe_pass(t, false, data.bytes(), object) / 1e9);
     checked_stats = t.inner().stats();
   }
 
@@ -163,16 +163,16 @@ int run(args& a) {
   std::vector<double> w, r, rc;
   {
     file_tier t(o);
-    auto rates = write_read_rounds(t, data.bytes(), object, reps);
+    auto rates = probe_write_read(t, data.bytes(), object, reps);
     w = std::move(rates.write);
     r = std::move(rates.read);
   }
   if (checksum) {
     checksummed<file_tier> t(checksum_options{}, o);
-    const pass_objects_guard<checksummed<file_tier>> objects{t, size, object};
-    (void)timed_pass(t, true, data.bytes(), object);
+    const probe_objects_guard<checksummed<file_tier>> objects{t, size, object};
+    (void)probe_pass(t, true, data.bytes(), object);
     for (std::uint64_t k = 0; k < reps; ++k)
-      rc.push_back(static_cast<double>(size) / timed_pass(t, false, data.bytes(), object) / 1e9);
+      rc.push_back(static_cast<double>(size) / probe_pass(t, false, data.bytes(), object) / 1e9);
   }
 
   const double wm = median(w), rm = median(r);
@@ -205,7 +205,7 @@ const registration reg{{"io", "file-tier (or S3 object-store tier) write/read th
                         "  --path DIR      a directory, through file_tier (made if missing; removed if this run made it)\n"
                         "  --path s3://bucket/prefix\n"
                         "                  an object store, through object_store_tier (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,\n"
-                        "                  AWS_SECRET_ACCESS_KEY, AWS_REGION); writes only objects bench-<i> under the\n"
+                        "                  AWS_SECRET_ACCESS_KEY, AWS_REGION); writes only objects probe-<i> under the\n"
                         "                  prefix, refuses a prefix that holds one already, removes them at the end\n"
                         "  --size BYTES    bytes written then read per pass\n"
                         "  --object BYTES  object size (the passes write and read --size / --object objects at once)\n"

@@ -1,6 +1,6 @@
 #pragma once
-// Small helpers that the subcommands share: a JSON object for --json, timed tier passes and
-// medians, and the same-run memory-copy bandwidth that CPU-side figures are compared with.
+// Small helpers that the subcommands share: a JSON object for --json, medians, and the same-run
+// memory-copy bandwidth that CPU-side figures are compared with.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +17,7 @@
 #include <strata/core/aligned_buffer.hpp>
 #include <strata/core/thread_pool.hpp>
 #include <strata/tier/object_store_tier.hpp>  // empty without STRATA_HAS_S3
+#include <strata/tier/tier_probe.hpp>
 
 namespace strata::bench {
 
@@ -60,59 +61,6 @@ class json_object {
   }
   std::string body_;
 };
-
-/// Writes (or reads) `data` as objects of `object_bytes` ("bench-<i>") through `t`, all requests
-/// in flight at once; returns the seconds it took.
-template <class Tier>
-double timed_pass(Tier& t, bool write, std::span<std::byte> data, std::uint64_t object_bytes) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<completion> fs;
-  for (std::uint64_t off = 0, i = 0; off < data.size(); off += object_bytes, ++i) {
-    const auto n = std::min<std::uint64_t>(object_bytes, data.size() - off);
-    const auto name = fmt::format("bench-{}", i);
-    fs.push_back(write ? t.write(name, 0, data.subspan(off, n)) : t.read(name, 0, data.subspan(off, n)));
-  }
-  wait_all(fs);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-/// Removes the objects a timed_pass over `bytes` in pieces of `object_bytes` wrote.
-template <class Tier>
-void remove_pass_objects(Tier& t, std::uint64_t bytes, std::uint64_t object_bytes) {
-  for (std::uint64_t off = 0, i = 0; off < bytes; off += object_bytes, ++i) t.remove(fmt::format("bench-{}", i));
-}
-
-/// Removes a timed_pass's objects when it goes out of scope, also when a pass failed (a full
-/// disk, too many files): a benchmark never leaves its objects behind.
-template <class Tier>
-struct pass_objects_guard {
-  Tier& t;
-  std::uint64_t bytes, object_bytes;
-  ~pass_objects_guard() {
-    try {
-      remove_pass_objects(t, bytes, object_bytes);
-    } catch (...) {  // the pass's own error is the one reported
-    }
-  }
-};
-
-/// GB/s (1e9 bytes) of each round's write pass and read pass.
-struct write_read_rates {
-  std::vector<double> write, read;
-};
-
-/// `reps` rounds of a write pass then a read pass of `data` through `t`; removes the objects after.
-template <class Tier>
-write_read_rates write_read_rounds(Tier& t, std::span<std::byte> data, std::uint64_t object_bytes, std::uint64_t reps) {
-  write_read_rates r;
-  const auto gb = static_cast<double>(data.size()) / 1e9;
-  const pass_objects_guard<Tier> cleanup{t, data.size(), object_bytes};
-  for (std::uint64_t k = 0; k < reps; ++k) {
-    r.write.push_back(gb / timed_pass(t, true, data, object_bytes));
-    r.read.push_back(gb / timed_pass(t, false, data, object_bytes));
-  }
-  return r;
-}
 
 /// "s3://bucket/prefix" + "/" + `sub`: a prefix inside another (no doubled or missing '/').
 inline std::string s3_sub_url(std::string_view url, std::string_view sub) {

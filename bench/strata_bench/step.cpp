@@ -141,10 +141,10 @@ void probe_s3(path_spec& p, std::uint64_t bytes, int reps) {
   fill_incompressible(data.bytes());
   const std::uint64_t object = std::min<std::uint64_t>(bytes, 64u << 20);
   std::vector<std::string> names;
-  for (std::uint64_t off = 0, i = 0; off < bytes; off += object, ++i) names.push_back(fmt::format("bench-{}", i));
+  for (std::uint64_t off = 0, i = 0; off < bytes; off += object, ++i) names.push_back(probe_object_name(i));
   object_store_tier t(o);
   refuse_existing(t, names, url, "step: probe");
-  const auto rates = write_read_rounds(t, data.bytes(), object, static_cast<std::uint64_t>(reps));
+  const auto rates = probe_write_read(t, data.bytes(), object, static_cast<std::uint64_t>(reps));
   p.probe_write = median(rates.write) * 1e9;
   p.probe_read = median(rates.read) * 1e9;
   p.probe_stats = t.stats();
@@ -163,10 +163,10 @@ void probe(path_spec& p, std::uint64_t bytes, int reps) {
   direct_io_buffer data(bytes, buffer_init::zeroed);
   for (std::uint64_t i = 0; i < bytes; i += 4096) data.data()[i] = static_cast<std::byte>(i >> 12);
   const std::uint64_t object = std::min<std::uint64_t>(bytes, 64u << 20);
-  write_read_rates rates;
+  probe_rates rates;
   {
     file_tier t(o);
-    rates = write_read_rounds(t, data.bytes(), object, static_cast<std::uint64_t>(reps));
+    rates = probe_write_read(t, data.bytes(), object, static_cast<std::uint64_t>(reps));
   }
   std::error_code ec;
   fs::remove(o.directory, ec);

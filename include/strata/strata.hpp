@@ -65,6 +65,7 @@
 #include "strata/tier/striped.hpp"
 #include "strata/tier/throttled.hpp"
 #include "strata/tier/throughput_meter.hpp"
+#include "strata/tier/tier_probe.hpp"
 #include "strata/tier/tier.hpp"
 
 #include "strata/policy/any_eviction_policy.hpp"
