@@ -53,6 +53,7 @@
 #include <strata/tier/file_tier.hpp>
 #include <strata/tier/object_store_tier.hpp>
 #include <strata/core/host_memory.hpp>
+#include <strata/core/process_memory.hpp>
 
 #include "cli.hpp"
 #include "report.hpp"
@@ -845,6 +846,9 @@ int run_typed(args& a) {
 
   warn_if_slow(variants, layouts, variant_opts, paths, warmup + iters);
 
+  // From here on the peak resident memory is this run's: the optimizers and the gradients.
+  const bool peak_reset = reset_peak_resident();
+
   // Build every preset's optimizer (each in its own directories), writing the initial state.
   std::vector<runner> runners;
   struct remove_states {
@@ -1023,6 +1027,26 @@ int run_typed(args& a) {
     if (ratios) line += fmt::format(" {:>20}", show(speedup[i]));
     if (equal_ratios) line += fmt::format(" {:>20}", show(speedup_equal[i]));
     fmt::print("{}\n", line);
+  }
+  {
+    // Peak RSS since the optimizers were built, split into the gradients this bench hands over
+    // (the user's), what each optimizer holds (its budgeted host memory) and the rest.
+    const auto mem = read_process_memory();
+    const std::uint64_t grad_bytes = params * sizeof(G);
+    std::uint64_t held = 0;
+    std::string each;
+    for (const auto& r : runners) {
+      const auto st = r.opt->stats();
+      held += st.host_memory_peak;
+      each += fmt::format("{}{} {}", each.empty() ? "" : ", ", r.preset, format_size(st.host_memory_peak));
+    }
+    const double rest = static_cast<double>(mem.peak) - static_cast<double>(grad_bytes) - static_cast<double>(held);
+    fmt::print("peak RSS {} = the bench's {} gradients {} + the optimizers' budgeted host memory {} ({}) + the rest "
+               "{}{:.2f} GiB{}\n",
+               format_size(mem.peak), std::is_same_v<G, float> ? "fp32" : std::is_same_v<G, bf16> ? "bf16" : "fp16",
+               format_size(grad_bytes), format_size(held), each, rest < 0 ? "-" : "",
+               std::abs(rest) / static_cast<double>(1ULL << 30),
+               peak_reset ? "" : " (the kernel refused to reset the peak: it counts from the start)");
   }
   fmt::print("bound (docs/design.md section 2, full duplex): zero_infinity's gradient writes of backward / the sum of\n"
              "the paths' write bandwidths, then the largest of read bytes / summed read bandwidths, the other written\n"
