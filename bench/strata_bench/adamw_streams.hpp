@@ -22,11 +22,21 @@
 namespace strata::bench {
 namespace streams_detail {
 
+// A float kept in a register (x86 SSE, AArch64 SIMD), or in memory elsewhere.
+#if defined(__x86_64__) || defined(__i386__)
+#define STRATA_BENCH_FLOAT_REG(x) "+x"(x)
+#elif defined(__aarch64__)
+#define STRATA_BENCH_FLOAT_REG(x) "+w"(x)
+#else
+#define STRATA_BENCH_FLOAT_REG(x) "+m"(x)
+#endif
+
 template <class G, class H>
 void streams_portable(float* p, float* m, float* v, const G* g, H* out, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     float pi = p[i], mi = m[i], vi = v[i], gi = strata::detail::widen(g[i]);
-    __asm__ volatile("" : "+x"(pi), "+x"(mi), "+x"(vi), "+x"(gi));
+    __asm__ volatile("" : STRATA_BENCH_FLOAT_REG(pi), STRATA_BENCH_FLOAT_REG(mi), STRATA_BENCH_FLOAT_REG(vi),
+                     STRATA_BENCH_FLOAT_REG(gi));
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;

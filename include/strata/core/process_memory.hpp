@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <string>
 
 #include "strata/core/error.hpp"
 
@@ -22,13 +21,10 @@ struct process_memory {
 };
 
 namespace detail {
-/// "VmRSS:    123456 kB" -> 123456 * 1024 (0 when `line` is not `key`).
-inline std::uint64_t status_kib(const char* line, const char* key) noexcept {
-  const std::size_t n = std::strlen(key);
-  if (std::strncmp(line, key, n) != 0) return 0;
+/// The number of "    123456 kB" (what follows a field's name) in bytes; 0 when unreadable.
+inline std::uint64_t status_kib(const char* rest) noexcept {
   unsigned long long kib = 0;
-  if (std::sscanf(line + n, " %llu", &kib) != 1) return 0;
-  return static_cast<std::uint64_t>(kib) * 1024;
+  return std::sscanf(rest, " %llu", &kib) == 1 ? static_cast<std::uint64_t>(kib) * 1024 : 0;
 }
 }  // namespace detail
 
@@ -42,8 +38,13 @@ inline std::uint64_t status_kib(const char* line, const char* key) noexcept {
   bool rss = false, hwm = false;
   char line[256];
   while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::strncmp(line, "VmRSS:", 6) == 0) m.resident = detail::status_kib(line, "VmRSS:"), rss = true;
-    if (std::strncmp(line, "VmHWM:", 6) == 0) m.peak = detail::status_kib(line, "VmHWM:"), hwm = true;
+    if (std::strncmp(line, "VmRSS:", 6) == 0) {
+      m.resident = detail::status_kib(line + 6);
+      rss = true;
+    } else if (std::strncmp(line, "VmHWM:", 6) == 0) {
+      m.peak = detail::status_kib(line + 6);
+      hwm = true;
+    }
   }
   std::fclose(f);
   if (!rss || !hwm) throw io_error("read VmRSS and VmHWM from", path, ENODATA);

@@ -113,8 +113,8 @@ STRATA_DETAIL_AVX512_FN void store16(bf16* p, f32x16 a) {
 STRATA_DETAIL_AVX512_FN void store16(fp16* p, f32x16 a) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits16(p, a));
 }
-/// The model copy's store: non-temporal where the destination is aligned for it (see
-/// stream_model_copy below), an ordinary store elsewhere; the same bits either way.
+/// The model copy's store: non-temporal where the destination is aligned for it, an ordinary
+/// store elsewhere; the same bits either way. The loops fence after the last one.
 STRATA_DETAIL_AVX512_FN void stream16(float* p, f32x16 a) {
   if ((reinterpret_cast<std::uintptr_t>(p) & 63) == 0)
     _mm512_stream_ps(p, a.x);
