@@ -210,9 +210,11 @@ strata::offloaded_adamw_config config_of(nb::dict options) {
   o.write_behind_depth = take<std::size_t>(d, "write_behind_depth", o.write_behind_depth);
   o.threads = take<std::size_t>(d, "threads", o.threads);
   const std::string residency = take<std::string>(d, "gradients", "host");
-  if (residency != "host" && residency != "tier")
-    config_fail(fmt::format("strata: gradients='{}' (expected 'host' or 'tier')", residency));
-  o.gradients = residency == "host" ? strata::gradient_residency::host : strata::gradient_residency::tier;
+  if (residency != "host" && residency != "tier" && residency != "automatic")
+    config_fail(fmt::format("strata: gradients='{}' (expected 'host', 'tier' or 'automatic')", residency));
+  o.gradients = residency == "host"  ? strata::gradient_residency::host
+                : residency == "tier" ? strata::gradient_residency::tier
+                                      : strata::gradient_residency::automatic;
   o.max_grad_norm = take<double>(d, "max_grad_norm", o.max_grad_norm);
   o.loss_scaling.enabled = take<bool>(d, "loss_scaling", false);
   o.loss_scaling.init_scale = take<double>(d, "init_scale", o.loss_scaling.init_scale);
@@ -493,5 +495,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("loss_scale", [](optimizer& self) { return self.get().loss_scale(); })
       .def_prop_ro("size", [](optimizer& self) { return self.get().size(); })
       .def_prop_ro("preset", [](optimizer& self) { return std::string(self.get().preset()); })
-      .def_prop_ro("subgroup_size", [](optimizer& self) { return self.get().offload().subgroup_elems; });
+      .def_prop_ro("subgroup_size", [](optimizer& self) { return self.get().offload().subgroup_elems; })
+      .def_prop_ro(
+          "gradients", [](optimizer& self) { return std::string(strata::to_string(self.get().offload().gradients)); },
+          "Where handed-over gradients wait: 'host' or 'tier' ('automatic' resolved by the budget).");
 }

@@ -69,7 +69,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
         checkpoint_dir: where state_dict() writes strata checkpoints (one directory per step).
         object_prefix: prefix of the state files, so that several optimizers share directories.
         options: further strata options (host_memory_budget, prefetch_depth, write_behind_depth,
-            gradients="tier", stripe_paths, node_limiter_permits).
+            gradients="tier" or "automatic" (host memory when an fp32 store of the gradients fits
+            host_memory_budget, else the tier), stripe_paths, node_limiter_permits).
     """
 
     def __init__(

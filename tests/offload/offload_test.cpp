@@ -95,6 +95,56 @@ TEST_CASE("host memory never exceeds the budget, and a budget too small is a con
   }
 }
 
+TEST_CASE("automatic gradient residency keeps the store in host memory when an fp32 store fits the budget, else on "
+          "the tier, within the budget and bit-identical either way") {
+  const std::size_t n = 10'000, sg = 1000;
+  const auto init = random_params(n, 4);
+  strata::adamw_options ao;
+  auto off = small_options(sg, 2);
+  off.gradients = strata::gradient_residency::automatic;
+  auto host_off = off;
+  host_off.gradients = strata::gradient_residency::host;
+  const std::uint64_t pipeline = strata::offloaded_adamw<strata::host_tier>::required_host_memory(n, ao, host_off);
+  const std::uint64_t fp32_store = strata::host_budget::footprint(n * 4);
+  // Each budget and the residency it resolves to, decided at construction.
+  const std::vector<std::pair<std::uint64_t, strata::gradient_residency>> cases{
+      {strata::unlimited_capacity, strata::gradient_residency::host},
+      {pipeline + fp32_store, strata::gradient_residency::host},
+      {pipeline + fp32_store - 1, strata::gradient_residency::tier},
+      {pipeline + strata::host_budget::footprint(n * 2), strata::gradient_residency::tier},
+  };
+  for (const auto& [budget, expected] : cases) {
+    CAPTURE(budget);
+    off.host_memory_budget = budget;
+    strata::host_tier tier(host_opts("t"));
+    strata::offloaded_adamw<strata::host_tier, strata::lru, strata::alternating> opt(tier, init, ao, off);
+    CHECK(opt.offload().gradients == expected);
+    CHECK(strata::to_string(opt.offload().gradients) == strata::to_string(expected));
+    flat_reference ref(init, ao);
+    for (int t = 0; t < 2; ++t) {
+      const auto g = random_grads<float>(n, 10 + t);
+      for (std::size_t s = 0; s < opt.subgroup_count(); ++s)
+        opt.accept_gradients(s, std::span<const float>(g).subspan(opt.begin(s), opt.length(s)));
+      opt.step();
+      ref.step(std::span<const float>(g), ao.lr);
+    }
+    require_same_state(opt, ref);
+    CHECK(opt.stats().host_memory_peak <= budget);
+    // The gradient objects exist on the tier exactly when the gradients wait there.
+    CHECK(tier.size(strata::offload_layout::gradient_name(off.object_prefix, 0)).has_value() ==
+          (expected == strata::gradient_residency::tier));
+  }
+  SUBCASE("a budget with room for the host pipeline only keeps host residency (the caller's gradients still step)") {
+    off.host_memory_budget = pipeline;
+    strata::host_tier tier(host_opts("t"));
+    strata::offloaded_adamw<strata::host_tier> opt(tier, init, ao, off);
+    CHECK(opt.offload().gradients == strata::gradient_residency::host);
+    const auto g = random_grads<float>(n, 3);
+    opt.step(std::span<const float>(g));
+    CHECK(opt.stats().host_memory_peak <= pipeline);
+  }
+}
+
 TEST_CASE("stats count bytes per path, cache hits of the alternating order, and the full-duplex bound of the design") {
   const std::size_t n = 8000, sg = 1000;  // 8 subgroups
   const auto init = random_params(n, 2);

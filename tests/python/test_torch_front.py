@@ -292,6 +292,29 @@ def test_errors_are_typed_python_classes():
         assert issubclass(cls, strata.Error)
 
 
+def test_automatic_gradients_wait_on_the_tier_when_the_budget_cannot_hold_them_and_train_the_same(tmp_path):
+    def model():
+        torch.manual_seed(1)
+        return torch.nn.Linear(64, 160)  # 10400 parameters: an fp32 store of 41600 bytes
+
+    ref_model, auto_model = model(), model()
+    host = strata_opt(ref_model, tmp_path / "a", gradients="host")
+    # The strata preset's 9 slots of 300 parameters: 9 pages with the gradients in host memory,
+    # 18 with them on the tier (a fourth array a slot). 19 pages hold the tier's pipeline but not
+    # the host one beside an fp32 store (11 pages).
+    budget = 19 * 4096
+    auto = strata_opt(auto_model, tmp_path / "b", gradients="automatic", host_memory_budget=budget)
+    assert host.native.gradients == "host"
+    assert auto.native.gradients == "tier"
+    assert strata_opt(model(), tmp_path / "c", gradients="automatic").native.gradients == "host"
+    train(ref_model, host, 4)
+    train(auto_model, auto, 4)
+    assert same(ref_model, auto_model)
+    assert auto.native.stats()["host_memory_peak"] <= budget
+    with pytest.raises(strata.ConfigError, match="expected 'host', 'tier' or 'automatic'"):
+        strata_opt(model(), tmp_path / "d", gradients="wherever")
+
+
 def test_a_parameter_twice_is_a_config_error(tmp_path):
     model = make_model()
     w = model[0].weight

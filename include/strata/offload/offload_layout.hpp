@@ -42,8 +42,27 @@ struct offload_layout {
     STRATA_EXPECTS(params <= max_params, config_error,
                    "offload_layout: {} parameters is more than the {} (2^58) whose state sizes fit in 64 bits", params,
                    max_params);
+    if (o.gradients == gradient_residency::automatic) return of(params, a, resolved(params, a, o));
     return {params, o.subgroup_elems, a.amsgrad ? std::size_t{4} : std::size_t{3},
             o.gradients == gradient_residency::tier};
+  }
+
+  /// `o` with gradient_residency::automatic decided for `params` parameters (other residencies
+  /// as given): host when the budget holds the host layout's pipeline and cache plus an fp32
+  /// gradient store of every parameter, else tier when the budget holds the tier layout's
+  /// pipeline and cache, else host (a step over the caller's gradients still runs; a gradient
+  /// store handed over by accept_gradients then does not fit, a capacity_error there).
+  [[nodiscard]] static offload_options resolved(std::size_t params, const adamw_options& a, offload_options o,
+                                                bool device = false) {
+    if (o.gradients != gradient_residency::automatic) return o;
+    o.gradients = gradient_residency::host;
+    if (o.host_memory_budget == unlimited_capacity) return o;
+    const std::uint64_t pipeline = of(params, a, o).required_host_memory(o, device);
+    const std::uint64_t store = host_budget::footprint(static_cast<std::uint64_t>(params) * sizeof(float));
+    if (pipeline <= o.host_memory_budget && o.host_memory_budget - pipeline >= store) return o;
+    offload_options t = o;
+    t.gradients = gradient_residency::tier;
+    return of(params, a, t).required_host_memory(t, device) <= o.host_memory_budget ? t : o;
   }
 
   [[nodiscard]] std::size_t subgroups() const noexcept { return (params + subgroup_elems - 1) / subgroup_elems; }

@@ -22,10 +22,14 @@ namespace strata {
 enum class gradient_residency : std::uint8_t {
   host,  ///< in host memory, in the type they arrive in (16-bit stays 16-bit); converted inside the update
   tier,  ///< widened to fp32 and written to the tier, read back at the update (ZeRO-Infinity's way)
+  /// host when the budget left after the pipeline and cache holds a store of every parameter's
+  /// gradients at 4 bytes each (fp32, the widest they come in), else tier: decided at
+  /// construction, before anything is written (offload().gradients tells which).
+  automatic,
 };
 
 [[nodiscard]] constexpr std::string_view to_string(gradient_residency g) noexcept {
-  return g == gradient_residency::host ? "host" : "tier";
+  return g == gradient_residency::host ? "host" : g == gradient_residency::tier ? "tier" : "automatic";
 }
 
 /// Subgroup size, host memory and pipeline of an offloaded_adamw.

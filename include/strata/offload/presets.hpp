@@ -23,7 +23,8 @@
 ///   (lru: with an alternating order it keeps exactly those); 16-bit gradients kept in host memory.
 /// - strata_preset ("strata"): placement proportional to each path's measured or declared
 ///   bandwidth, a sweep_aware cache as large as the budget leaves after a deeper pipeline,
-///   16-bit gradients in host memory.
+///   gradients where the base says: 16-bit in host memory by default, or automatic (host memory
+///   when an fp32 store fits the budget, else the tier).
 
 #include <cstddef>
 #include <cstdint>
@@ -120,20 +121,34 @@ struct strata_preset {
   using paths = multipath<bandwidth_proportional, checksummed<Paths>...>;
   [[nodiscard]] static bandwidth_proportional placement() { return {}; }
 
-  /// Prefetch and write-behind 4 deep; the cache takes what the budget leaves (no cache with an
+  /// Prefetch and write-behind 4 deep; gradients where the base says (host by default, with room
+  /// left for a 16-bit store; automatic: an fp32 store in host memory when the budget holds it
+  /// beside the pipeline, else on the tier); the cache takes what the budget leaves (none with an
   /// unlimited budget: give host_cache_bytes or a budget).
   [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {}) {
-    base.gradients = gradient_residency::host;
     base.prefetch_depth = 4;
     base.write_behind_depth = 4;
-    const std::uint64_t slot = detail::slot_footprint(params, a, base);
-    const std::uint64_t pipeline = (base.prefetch_depth + base.write_behind_depth + 1) * slot;
-    if (base.host_memory_budget != unlimited_capacity && base.host_memory_budget > pipeline) {
-      // Leave room for a 16-bit gradient store of every parameter.
-      const std::uint64_t grads = host_budget::footprint(static_cast<std::uint64_t>(params) * 2);
-      const std::uint64_t left = base.host_memory_budget - pipeline;
-      base.host_cache_bytes = left > grads ? (left - grads) / slot * slot : 0;
+    const std::uint64_t budget = base.host_memory_budget;
+    const std::uint64_t n = params;
+    // Gives `o` the cache the budget leaves beside its pipeline and a gradient store of `store`
+    // bytes (none when the store does not fit: false); o untouched when the pipeline does not.
+    const auto fill = [&](offload_options& o, std::uint64_t store) {
+      const std::uint64_t slot = detail::slot_footprint(params, a, o);
+      const std::uint64_t pipeline = (o.prefetch_depth + o.write_behind_depth + 1) * slot;
+      if (budget == unlimited_capacity || budget < pipeline) return false;
+      const std::uint64_t left = budget - pipeline;
+      o.host_cache_bytes = left >= store ? (left - store) / slot * slot : 0;
+      return left >= store;
+    };
+    if (base.gradients == gradient_residency::automatic) {
+      offload_options host = base, tier = base;
+      host.gradients = gradient_residency::host;
+      tier.gradients = gradient_residency::tier;
+      if (budget == unlimited_capacity || fill(host, host_budget::footprint(n * 4))) return host;
+      if (fill(tier, 0)) return tier;
+      return host;  // room for the host pipeline at most: a step over the caller's gradients
     }
+    fill(base, base.gradients == gradient_residency::host ? host_budget::footprint(n * 2) : 0);
     return base;
   }
 };

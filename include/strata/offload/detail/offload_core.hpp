@@ -342,7 +342,8 @@ class offload_core {
   /// besides the gradient store); with `device`, the landing slots of device updates too.
   [[nodiscard]] static std::uint64_t required_host_memory(std::size_t params, const adamw_options& o,
                                                           const offload_options& off, bool device = false) {
-    return offload_layout::of(params, o, off).required_host_memory(off, device);
+    const offload_options r = offload_layout::resolved(params, o, off, device);
+    return offload_layout::of(params, o, r).required_host_memory(r, device);
   }
   /// The pipeline underneath (its state per subgroup, its slots and cache).
   [[nodiscard]] pipeline_type& pipeline() noexcept { return s_->pipeline; }
@@ -391,7 +392,7 @@ class offload_core {
                offload_options offload, any_update_order order, any_eviction_policy evict, any_update_site site,
                tracer* trace)
       : options_(options),
-        offload_(std::move(offload)),
+        offload_(resolved_options(params, options_, std::move(offload), site.uses_device())),
         order_(std::move(order)),
         tracer_(trace),
         layout_(checked_layout(params, options_, offload_)),
@@ -422,6 +423,13 @@ class offload_core {
     totals_.host_memory_budget = offload_.host_memory_budget;
   }
 
+  // The options with the gradient residency decided (automatic: by the budget), validated.
+  static offload_options resolved_options(std::size_t params, adamw_options& options, offload_options offload,
+                                          bool device) {
+    options.validate();
+    STRATA_EXPECTS(params > 0, config_error, "offloaded_adamw: no parameters");
+    return offload_layout::resolved(params, options, std::move(offload), device);
+  }
   static offload_layout checked_layout(std::size_t params, adamw_options& options, const offload_options& offload) {
     options.validate();
     STRATA_EXPECTS(params > 0, config_error, "offloaded_adamw: no parameters");
