@@ -89,7 +89,7 @@ inline json_object stats_json(const object_store_stats& s) {
   json_object j;
   j.add("requests", s.requests).add("retries", s.retries).add("puts", s.puts);
   j.add("multipart_uploads", s.multipart_uploads).add("parts", s.parts).add("aborted_uploads", s.aborted_uploads);
-  j.add("gets", s.gets).add("patches", s.patches).add("patch_bytes_read", s.patch_bytes_read);
+  j.add("gets", s.gets).add("direct_gets", s.direct_gets).add("patches", s.patches).add("patch_bytes_read", s.patch_bytes_read);
   j.add("bytes_written", s.bytes_written).add("bytes_read", s.bytes_read).add("lists", s.lists);
   return j;
 }
@@ -97,9 +97,9 @@ inline json_object stats_json(const object_store_stats& s) {
 /// The same counters on one line: what the tier did to serve the passes (patches, which re-upload
 /// whole objects, are what a benchmark must not hide).
 inline std::string describe_stats(const object_store_stats& s) {
-  return fmt::format("{} requests ({} retries): {} PUTs, {} multipart uploads of {} parts ({} aborted), {} ranged GETs, "
-                     "{} listings; {} patches ({} read back); {} uploaded, {} downloaded",
-                     s.requests, s.retries, s.puts, s.multipart_uploads, s.parts, s.aborted_uploads, s.gets, s.lists,
+  return fmt::format("{} requests ({} retries): {} PUTs, {} multipart uploads of {} parts ({} aborted), {} ranged GETs ({} "
+                     "received directly), {} listings; {} patches ({} read back); {} uploaded, {} downloaded",
+                     s.requests, s.retries, s.puts, s.multipart_uploads, s.parts, s.aborted_uploads, s.gets, s.direct_gets, s.lists,
                      s.patches, format_size(s.patch_bytes_read), format_size(s.bytes_written),
                      format_size(s.bytes_read));
 }

@@ -24,8 +24,11 @@ using namespace strata_test;
 namespace {
 constexpr const char* secret = "StubSecret/7f3b9e1c2d4a6b8c0e1f3a5b7c9d1e3f";
 
-strata::object_store_options stub_options(const s3_stub& stub) {
+// `direct`: GETs received straight into the buffer (the default for large ones over http), or
+// every request through curl.
+strata::object_store_options stub_options(const s3_stub& stub, bool direct = true) {
   strata::object_store_options o;
+  o.direct_receive_min = direct ? 1 : UINT64_MAX;
   o.endpoint = stub.endpoint();
   o.bucket = "strata";
   o.prefix = "faults";
@@ -38,6 +41,15 @@ strata::object_store_options stub_options(const s3_stub& stub) {
   o.max_retries = 4;
   o.verify_etag = true;  // the ETag tests need it; the rest do not mind
   return o;
+}
+
+// Runs the calling test case once per receive path (its subcases): through curl, then received
+// straight into the buffer.
+bool each_receive_path() {
+  bool direct = false;
+  SUBCASE("through curl") { direct = false; }
+  SUBCASE("received directly into the buffer") { direct = true; }
+  return direct;
 }
 
 nlohmann::json stats(const s3_stub& stub) { return nlohmann::json::parse(stub.stats_json()); }
@@ -108,8 +120,9 @@ TEST_CASE("a 4xx other than throttling is not retried") {
 }
 
 TEST_CASE("a connection reset mid-body and a truncated body are retried and the bytes come whole") {
+  const bool direct = each_receive_path();
   s3_stub stub;
-  strata::object_store_tier t(stub_options(stub));
+  strata::object_store_tier t(stub_options(stub, direct));
   const auto data = random_bytes(3 << 20, 5);
   t.write("a", 0, data).get();
   stub.add_fault("get:reset:1");
@@ -121,6 +134,7 @@ TEST_CASE("a connection reset mid-body and a truncated body are retried and the 
   t.write("b", 0, data).get();
   CHECK(read_all(t, "b") == data);
   CHECK(stats(stub)["ops"]["put"] == 3);
+  CHECK((t.stats().direct_gets > 0) == direct);
 }
 
 TEST_CASE("an ETag that is not the MD5 of the bytes sent is retried, and refused when it persists") {
@@ -136,8 +150,9 @@ TEST_CASE("an ETag that is not the MD5 of the bytes sent is retried, and refused
 }
 
 TEST_CASE("a ranged GET answered with the wrong Content-Range or with 200 is refused") {
+  const bool direct = each_receive_path();
   s3_stub stub;
-  strata::object_store_tier t(stub_options(stub));
+  strata::object_store_tier t(stub_options(stub, direct));
   const auto data = random_bytes(20000, 8);
   t.write("a", 0, data).get();
   std::vector<std::byte> out(1000);
@@ -150,6 +165,42 @@ TEST_CASE("a ranged GET answered with the wrong Content-Range or with 200 is ref
   stub.add_fault("get:bad_range:2");  // a passing glitch is retried away
   t.read("a", 100, out).get();
   CHECK(std::memcmp(out.data(), data.data() + 100, out.size()) == 0);
+  CHECK((t.stats().direct_gets > 0) == direct);
+}
+
+TEST_CASE("GETs over http are received straight into the buffer; an answer that is not plain HTTP/1.1 with a "
+          "Content-Length goes through curl, and after three in a row every GET does") {
+  s3_stub stub;
+  auto o = stub_options(stub);
+  o.direct_receive_min = 1ULL << 20;  // the default: a 5 MiB part and a 2 MiB tail qualify, 1000 bytes do not
+  strata::object_store_tier t(o);
+  const auto data = random_bytes(12 << 20, 9);
+  t.write("a", 0, data).get();
+  CHECK(read_all(t, "a") == data);  // parts of 5 + 5 + 2 MiB
+  CHECK(t.stats().direct_gets == 3);
+  std::vector<std::byte> small(1000);
+  t.read("a", 7, small).get();
+  CHECK(std::memcmp(small.data(), data.data() + 7, small.size()) == 0);
+  CHECK(t.stats().direct_gets == 3);
+
+  stub.add_fault("get:chunked:1");  // one answer in chunks: that GET goes again through curl
+  const auto requests = t.stats().requests;
+  CHECK(read_all(t, "a") == data);
+  CHECK(t.stats().direct_gets == 6);
+  CHECK(t.stats().requests == requests + 4);
+  CHECK(t.stats().retries == 0);
+
+  // Three in a row (one GET each, its direct attempt and curl's both chunked): the store is taken
+  // to answer that way, and the next GET goes to curl at once.
+  const std::vector<std::byte> b(data.begin(), data.begin() + (2 << 20));
+  t.write("b", 0, b).get();
+  stub.add_fault("get:chunked:6");
+  for (int k = 0; k < 3; ++k) CHECK(read_all(t, "b") == b);
+  CHECK(t.stats().direct_gets == 9);
+  CHECK(read_all(t, "b") == b);
+  CHECK(t.stats().direct_gets == 9);
+  CHECK(t.stats().retries == 0);
+  CHECK(stats(stub)["faults"].empty());
 }
 
 TEST_CASE("a multipart upload whose part keeps failing is aborted and leaves the old object") {

@@ -18,6 +18,7 @@ Fault SPEC: <op>:<kind>[:<count>][:retry_after=<s>]
         bad_etag  (put, upload_part) store normally, answer an ETag that is not the body's MD5
         bad_range (ranged get) 206 with a Content-Range shifted from the one asked for
         status200 (ranged get) 200 with the whole object
+        chunked   (get) the same answer with its body in Transfer-Encoding: chunked
         delay=<ms> sleep before answering; stacks with one other fault on the same request
   A fault serves the next <count> (default 1) requests of its op that it applies to; faults are
   tried in the order they were added, and a request takes at most one delay and one other fault.
@@ -69,12 +70,12 @@ class Fault:
             self.s3code = m[2] or DEFAULT_CODES.get(self.status, "InternalError")
         elif name == "delay" and value.isdigit():
             self.delay_ms = int(value)
-        elif name not in ("reset", "truncate", "bad_etag", "bad_range", "status200") or value:
+        elif name not in ("reset", "truncate", "bad_etag", "bad_range", "status200", "chunked") or value:
             raise ValueError(f"fault {self.spec!r}: unknown kind {kind!r}")
         self.kind = name
         if self.kind == "bad_etag" and self.op not in ("put", "upload_part", "any"):
             raise ValueError(f"fault {self.spec!r}: bad_etag applies to put and upload_part")
-        if self.kind in ("bad_range", "status200") and self.op not in ("get", "any"):
+        if self.kind in ("bad_range", "status200", "chunked") and self.op not in ("get", "any"):
             raise ValueError(f"fault {self.spec!r}: {self.kind} applies to get")
         rest = parts[2:]
         if rest and rest[0].isdigit():
@@ -94,6 +95,8 @@ class Fault:
             return op in ("put", "upload_part")
         if self.kind in ("bad_range", "status200"):
             return op == "get" and ranged
+        if self.kind == "chunked":
+            return op == "get"
         return True
 
 
@@ -163,11 +166,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("x-amz-request-id", self.rid)
         for k, v in headers:
             self.send_header(k, v)
-        if not any(k.lower() == "content-length" for k, _ in headers):
+        chunked = fault and fault.kind == "chunked" and self.command != "HEAD"
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        elif not any(k.lower() == "content-length" for k, _ in headers):
             self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command == "HEAD":
             return
+        if chunked:
+            half = len(body) // 2
+            for piece in (body[:half], body[half:]):
+                if piece:
+                    self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            return self.wfile.write(b"0\r\n\r\n")
         if fault and fault.kind in ("reset", "truncate"):
             return self.cut(fault.kind, body[: len(body) // 2])
         self.wfile.write(body)

@@ -17,7 +17,10 @@
 ///   the end) reads what it keeps, patches and uploads the whole object again: correct, costly,
 ///   and counted (`stats().patches`).
 /// - Reads: split into part-aligned ranged GETs run in parallel, each checked for 206, its
-///   Content-Range (range and total size) and its length.
+///   Content-Range (range and total size) and its length. Over http, GETs of at least
+///   `direct_receive_min` bytes are received straight into the caller's buffer (the client's own
+///   HTTP/1.1 connections, no copy through curl's buffer); an answer that is not plain HTTP/1.1
+///   with a Content-Length goes through curl instead.
 /// - Retries: 5xx, 429, SlowDown and transport errors (reset, truncated body, timeout), and an
 ///   answer that fails a check (ETag, Content-Range), are retried with exponential backoff and
 ///   full jitter (Retry-After honoured) up to `max_retries` times; other 4xx and exhausted
@@ -109,6 +112,11 @@ struct object_store_options {
   std::string name{};  ///< default "s3://<bucket>/<prefix>"
   std::size_t hash_threads = 0;  ///< threads hashing payloads; 0: min(4, CPUs)
   std::chrono::seconds stall_timeout{60};
+  /// Ranged GETs of at least this many bytes over http:// are received straight into the
+  /// caller's buffer on keep-alive connections of the tier's own (up to max_connections more
+  /// beside curl's), saving curl's copy of every byte read; UINT64_MAX: every request through
+  /// curl. https and a proxy in the environment always go through curl.
+  std::uint64_t direct_receive_min = 1ULL << 20;
   unsigned list_page_size = 1000;  ///< keys per listing page (S3's maximum)
 };
 
@@ -121,6 +129,7 @@ struct object_store_stats {
   std::uint64_t parts = 0;              ///< parts uploaded
   std::uint64_t aborted_uploads = 0;    ///< multipart uploads aborted after a failure
   std::uint64_t gets = 0;               ///< ranged GETs
+  std::uint64_t direct_gets = 0;        ///< GET requests received straight into the caller's buffer
   std::uint64_t patches = 0;            ///< writes that read, patched and re-uploaded an object
   std::uint64_t patch_bytes_read = 0;   ///< bytes read back by those patches
   std::uint64_t bytes_written = 0;      ///< object bytes uploaded (parts and PUTs)
@@ -294,7 +303,8 @@ class object_store_tier {
     hashers_ = std::make_unique<thread_pool>(threads, "strata-s3hash");
     client_ = std::make_unique<detail::http_client>(detail::http_client_options{
         .name = opts_.name, .max_connections = opts_.max_connections, .ca_file = opts_.ca_file,
-        .verify_tls = opts_.verify_tls, .stall_timeout = opts_.stall_timeout});
+        .verify_tls = opts_.verify_tls, .stall_timeout = opts_.stall_timeout,
+        .direct_receive_min = opts_.direct_receive_min});
     list_existing();
   }
 
@@ -420,6 +430,7 @@ class object_store_tier {
     s.parts = parts_.load();
     s.aborted_uploads = aborted_.load();
     s.gets = gets_.load();
+    s.direct_gets = client_->direct_started();
     s.patches = patches_.load();
     s.patch_bytes_read = patch_bytes_read_.load();
     s.bytes_written = bytes_written_.load();

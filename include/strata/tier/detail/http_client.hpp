@@ -3,8 +3,10 @@
 // thread. Connections stay open between requests (the multi handle's pool, at most
 // `max_connections`), many transfers run at once without a thread each, and a request may wait
 // out a retry's backoff (`not_before`) in the client instead of in a sleeping thread.
-// A response body of a 2xx answer lands straight in the caller's buffer (no copy); other bodies
-// (error documents, listings) are collected as text. Callbacks run on the I/O thread: they must
+// A response body of a 2xx answer lands in the caller's buffer: large GETs over http:// are
+// received straight into it on connections of the client's own (http_direct.hpp), other bodies
+// are copied there from curl's buffer; other bodies (error documents, listings) are collected as
+// text. Callbacks run on the I/O thread: they must
 // be short and must not wait for other requests of the same client.
 #include "strata/core/config.hpp"
 
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -37,34 +40,10 @@
 #include "strata/core/error.hpp"
 #include "strata/core/notice.hpp"
 #include "strata/core/unique_function.hpp"
+#include "strata/tier/detail/http_direct.hpp"
+#include "strata/tier/detail/http_message.hpp"
 
 namespace strata::detail {
-
-struct http_request {
-  std::string method = "GET";  ///< GET, HEAD, PUT, POST or DELETE
-  std::string url;
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::span<const std::byte> body;  ///< PUT/POST body; the caller keeps it alive until the callback
-  std::span<std::byte> receive;     ///< where a 2xx body goes (it must fit); else into response.body
-  std::chrono::steady_clock::time_point not_before{};  ///< not started before (a retry's backoff)
-};
-
-struct http_response {
-  long status = 0;  ///< 0: no response (see transport_error)
-  std::vector<std::pair<std::string, std::string>> headers;  ///< names in lower case
-  std::string body;                                           ///< a body that did not go to `receive`
-  std::uint64_t received = 0;                                 ///< bytes placed in request.receive
-  bool overflow = false;                                      ///< the 2xx body did not fit `receive`
-  int transport_code = 0;                                     ///< CURLcode; 0 when a response came whole
-  std::string transport_error;
-
-  /// The value of a header (name in lower case), or nullptr.
-  [[nodiscard]] const std::string* header(std::string_view lower_name) const noexcept {
-    for (const auto& [k, v] : headers)
-      if (k == lower_name) return &v;
-    return nullptr;
-  }
-};
 
 struct http_client_options {
   std::string name = "http";
@@ -74,6 +53,10 @@ struct http_client_options {
   std::chrono::milliseconds connect_timeout{10000};
   /// A transfer that moves under 1 KiB/s for this long is abandoned (a transport error, retried).
   std::chrono::seconds stall_timeout{60};
+  /// GETs into a buffer of at least this many bytes over http:// are received straight into it
+  /// (http_direct.hpp), on keep-alive connections beside curl's (at most max_connections more);
+  /// UINT64_MAX: every request through curl. Off when the environment names a proxy (curl's).
+  std::uint64_t direct_receive_min = 1 << 20;
 };
 
 class http_client {
@@ -89,6 +72,9 @@ class http_client {
     check_multi(::curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, conns), "CURLMOPT_MAX_HOST_CONNECTIONS");
     // Keep as many idle connections as may be open, so keep-alive survives bursts.
     check_multi(::curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, conns), "CURLMOPT_MAXCONNECTS");
+    direct_on_ = opts_.direct_receive_min != UINT64_MAX;
+    for (const char* proxy : {"http_proxy", "all_proxy", "ALL_PROXY"})
+      if (const char* v = std::getenv(proxy); v != nullptr && *v != '\0') direct_on_ = false;
     try {
       thread_ = std::thread([this] { run(); });
     } catch (...) {
@@ -134,6 +120,8 @@ class http_client {
 
   /// Requests started so far (retries included).
   [[nodiscard]] std::uint64_t started() const noexcept { return started_.load(std::memory_order_relaxed); }
+  /// Of those, GETs sent on the direct receive path (http_direct.hpp).
+  [[nodiscard]] std::uint64_t direct_started() const noexcept { return direct_started_.load(std::memory_order_relaxed); }
 
  private:
   struct transfer {
@@ -143,6 +131,8 @@ class http_client {
     CURL* easy = nullptr;
     curl_slist* headers = nullptr;
     std::uint64_t upload_pos = 0;
+    http_target target;          // direct receive: where it goes
+    bool direct_resent = false;  // sent again after a reused direct connection closed unanswered
     char errbuf[CURL_ERROR_SIZE] = {};
     ~transfer() {
       if (headers != nullptr) ::curl_slist_free_all(headers);
@@ -169,21 +159,13 @@ class http_client {
   static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) noexcept {
     auto* t = static_cast<transfer*>(user);
     const std::size_t len = size * n;
-    std::string_view line(data, len);
-    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    const std::string_view line(data, len);
     if (line.starts_with("HTTP/")) {
       t->resp.headers.clear();  // an interim response (100 Continue) came first
       return len;
     }
-    const auto colon = line.find(':');
-    if (colon == std::string_view::npos) return len;
-    std::string name(line.substr(0, colon));
-    for (char& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-    std::string_view value = line.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
     try {
-      t->resp.headers.emplace_back(std::move(name), std::string(value));
+      (void)parse_header_line(line, t->resp.headers);
     } catch (...) {
       return 0;  // out of memory: abort the transfer
     }
@@ -311,6 +293,18 @@ class http_client {
   }
 
   void start(std::unique_ptr<transfer> t, std::map<CURL*, std::unique_ptr<transfer>>& running) noexcept {
+    if (direct_on_ && t->req.method == "GET" && t->req.receive.size() >= opts_.direct_receive_min &&
+        split_http_url(t->req.url, t->target)) {
+      try {
+        direct_queue_.push_back(std::move(t));
+        return;
+      } catch (...) {  // out of memory: curl's path needs none of the queue
+      }
+    }
+    start_curl(std::move(t), running);
+  }
+
+  void start_curl(std::unique_ptr<transfer> t, std::map<CURL*, std::unique_ptr<transfer>>& running) noexcept {
     try {
       prepare(*t);
       const CURLMcode rc = ::curl_multi_add_handle(multi_, t->easy);
@@ -325,10 +319,156 @@ class http_client {
     }
   }
 
+  // ---- direct receive (I/O thread only) -----------------------------------------------------
+
+  struct direct_slot {
+    std::unique_ptr<direct_connection> conn;
+    std::unique_ptr<transfer> t;  // the request it carries, if any
+  };
+
+  // The request head of a direct GET; throws config_error on a header that would split it.
+  static std::string request_head(const transfer& t) {
+    std::string h = fmt::format("GET {} HTTP/1.1\r\n", t.target.target);
+    bool host = false;
+    for (const auto& [k, v] : t.req.headers) {
+      if (k.find_first_of("\r\n:") != std::string::npos || v.find_first_of("\r\n") != std::string::npos)
+        throw config_error(fmt::format("http_client: header '{}' holds a line break or a colon in its name", k));
+      host = host || ::strcasecmp(k.c_str(), "host") == 0;
+      h += fmt::format("{}: {}\r\n", k, v);
+    }
+    if (!host) h += fmt::format("Host: {}\r\n", t.target.authority);
+    h += "\r\n";
+    return h;
+  }
+
+  // The address of host:port, looked up once per client (getaddrinfo blocks this thread then).
+  const std::pair<sockaddr_storage, socklen_t>& address_of(const http_target& where, const std::string& key) {
+    if (const auto it = resolved_.find(key); it != resolved_.end()) return it->second;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* res = nullptr;
+    if (const int rc = ::getaddrinfo(where.host.c_str(), where.port.c_str(), &hints, &res); rc != 0 || res == nullptr)
+      throw error(fmt::format("resolve {}: {}", key, rc != 0 ? ::gai_strerror(rc) : "no address"));
+    std::pair<sockaddr_storage, socklen_t> a{};
+    std::memcpy(&a.first, res->ai_addr, std::min<std::size_t>(res->ai_addrlen, sizeof a.first));
+    a.second = static_cast<socklen_t>(std::min<std::size_t>(res->ai_addrlen, sizeof a.first));
+    ::freeaddrinfo(res);
+    return resolved_.emplace(key, a).first->second;
+  }
+
+  static void fail(std::unique_ptr<transfer> t, int code, std::string message) noexcept {
+    t->resp.transport_code = code;
+    t->resp.transport_error = std::move(message);
+    finish(std::move(t));
+  }
+
+  // Gives queued GETs a connection to their endpoint (an idle one, else a new one while fewer
+  // than max_connections are open, else one idle to another endpoint, closed and replaced).
+  void dispatch_direct(std::chrono::steady_clock::time_point now) noexcept {
+    while (!direct_queue_.empty()) {
+      std::unique_ptr<transfer>& t = direct_queue_.front();
+      std::string key;
+      direct_slot* slot = nullptr;
+      try {
+        key = fmt::format("{}:{}", t->target.host, t->target.port);
+        for (auto& d : direct_)
+          if (!d.t && d.conn->idle() && d.conn->endpoint() == key) slot = &d;
+        if (slot == nullptr) {
+          if (direct_.size() >= std::max(1U, opts_.max_connections)) {
+            const auto idle = std::find_if(direct_.begin(), direct_.end(), [](const direct_slot& d) { return !d.t; });
+            if (idle == direct_.end()) return;  // every connection is carrying a request
+            direct_.erase(idle);
+          }
+          const auto& [addr, len] = address_of(t->target, key);
+          auto conn = std::make_unique<direct_connection>(key, reinterpret_cast<const sockaddr*>(&addr), len);
+          if (conn->broken()) throw error(conn->open_error());
+          slot = &direct_.emplace_back(direct_slot{std::move(conn), nullptr});
+        }
+        slot->conn->begin(request_head(*t), t->req.receive, t->resp, now);
+      } catch (const std::exception& e) {
+        auto failed = std::move(t);
+        direct_queue_.pop_front();
+        fail(std::move(failed), 7 /*CURLE_COULDNT_CONNECT*/, e.what());
+        continue;
+      }
+      slot->t = std::move(t);
+      direct_queue_.pop_front();
+      started_.fetch_add(1, std::memory_order_relaxed);
+      direct_started_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  // Moves every direct GET as far as its socket allows; finished ones complete, connections that
+  // failed go. A request that a reused connection dropped unanswered (a server's idle close) is
+  // sent once more on a fresh one, as curl does; an answer this path does not take goes to curl.
+  void pump_direct(std::map<CURL*, std::unique_ptr<transfer>>& running) noexcept {
+    const auto now = std::chrono::steady_clock::now();
+    dispatch_direct(now);
+    bool freed = false;
+    for (auto& d : direct_) {
+      if (!d.t) continue;
+      auto p = direct_connection::progress::failed;
+      try {
+        p = d.conn->advance(now);
+        if (p == direct_connection::progress::working)
+          p = d.conn->check_time(now, opts_.connect_timeout, opts_.stall_timeout);
+      } catch (const std::exception& e) {  // out of memory for a header or an error body
+        d.t->resp.transport_code = CURLE_OUT_OF_MEMORY;
+        d.t->resp.transport_error = e.what();
+        d.conn->close();
+      }
+      if (p == direct_connection::progress::working) continue;
+      const bool resend = p == direct_connection::progress::failed && d.conn->served() > 0 && !d.conn->answered() &&
+                          !d.t->direct_resent;
+      d.conn->release();
+      auto t = std::move(d.t);
+      freed = true;
+      if (p == direct_connection::progress::done) {
+        unsupported_ = 0;
+        finish(std::move(t));
+      } else if (p == direct_connection::progress::failed && !resend) {
+        finish(std::move(t));
+      } else {
+        t->resp = http_response{};
+        if (p == direct_connection::progress::unsupported && ++unsupported_ == 3) {
+          direct_on_ = false;  // this store answers GETs in a shape the direct path does not take
+          notice(fmt::format("{}: the store's GET answers are not plain HTTP/1.1 with a Content-Length; every "
+                             "request goes through curl from now on",
+                             opts_.name));
+        }
+        if (p == direct_connection::progress::failed) {
+          t->direct_resent = true;
+          try {
+            direct_queue_.push_front(std::move(t));
+            continue;
+          } catch (...) {  // out of memory: curl's path takes it
+          }
+        }
+        start_curl(std::move(t), running);
+      }
+    }
+    std::erase_if(direct_, [](const direct_slot& d) { return !d.t && d.conn->broken(); });
+    if (freed) dispatch_direct(now);
+  }
+
+  // The poll set of the direct connections that wait for their sockets.
+  void direct_waitfds(std::vector<curl_waitfd>& fds) const {
+    fds.clear();
+    for (const auto& d : direct_)
+      if (d.t)
+        if (const short ev = d.conn->events(); ev != 0)
+          fds.push_back({d.conn->fd(), static_cast<short>((ev & POLLIN ? CURL_WAIT_POLLIN : 0) |
+                                                          (ev & POLLOUT ? CURL_WAIT_POLLOUT : 0)),
+                         0});
+  }
+
   void run() noexcept {
     ::pthread_setname_np(::pthread_self(), "strata-http");
     std::map<CURL*, std::unique_ptr<transfer>> running;
     std::multimap<std::chrono::steady_clock::time_point, std::unique_ptr<transfer>> waiting;
+    std::vector<curl_waitfd> fds;
     for (;;) {
       std::deque<std::unique_ptr<transfer>> fresh;
       bool stop = false;
@@ -355,6 +495,7 @@ class http_client {
         waiting.erase(waiting.begin());
         start(std::move(t), running);
       }
+      pump_direct(running);
       int still = 0;
       const CURLMcode prc = ::curl_multi_perform(multi_, &still);
       if (prc != CURLM_OK) notice(fmt::format("{}: curl_multi_perform: {}", opts_.name, ::curl_multi_strerror(prc)));
@@ -381,7 +522,13 @@ class http_client {
         timeout_ms = static_cast<int>(std::clamp<std::int64_t>(
             std::chrono::duration_cast<std::chrono::milliseconds>(due).count() + 1, 0, timeout_ms));
       }
-      const CURLMcode wrc = ::curl_multi_poll(multi_, nullptr, 0, timeout_ms, nullptr);
+      try {
+        direct_waitfds(fds);
+      } catch (...) {  // out of memory: the 1 s timeout still moves the direct GETs
+        fds.clear();
+      }
+      if (!direct_queue_.empty() && fds.empty()) timeout_ms = std::min(timeout_ms, 10);
+      const CURLMcode wrc = ::curl_multi_poll(multi_, fds.data(), static_cast<unsigned>(fds.size()), timeout_ms, nullptr);
       if (wrc != CURLM_OK) notice(fmt::format("{}: curl_multi_poll: {}", opts_.name, ::curl_multi_strerror(wrc)));
     }
     // Closing: every request not done gets a transport error, so no caller waits forever.
@@ -391,6 +538,11 @@ class http_client {
       t->resp.transport_error = "the HTTP client closed with the request in flight";
       finish(std::move(t));
     }
+    for (auto& d : direct_)
+      if (d.t) fail(std::move(d.t), CURLE_ABORTED_BY_CALLBACK, "the HTTP client closed with the request in flight");
+    direct_.clear();
+    for (auto& t : direct_queue_)
+      fail(std::move(t), CURLE_ABORTED_BY_CALLBACK, "the HTTP client closed before the request started");
     for (auto& [when, t] : waiting) {
       t->resp.transport_code = CURLE_ABORTED_BY_CALLBACK;
       t->resp.transport_error = "the HTTP client closed before the request started";
@@ -404,6 +556,13 @@ class http_client {
   std::deque<std::unique_ptr<transfer>> incoming_;
   bool stopping_ = false;
   std::atomic<std::uint64_t> started_{0};
+  std::atomic<std::uint64_t> direct_started_{0};
+  // Direct receive, touched by the I/O thread only (after construction).
+  bool direct_on_ = false;
+  unsigned unsupported_ = 0;  // answers in a row the direct path handed to curl
+  std::vector<direct_slot> direct_;
+  std::deque<std::unique_ptr<transfer>> direct_queue_;
+  std::map<std::string, std::pair<sockaddr_storage, socklen_t>> resolved_;
   std::thread thread_;  // last: started when everything else is ready
 };
 
