@@ -103,6 +103,29 @@ std::string body_of(std::size_t n) {
   return b;
 }
 
+struct get_result {
+  progress p = progress::working;
+  strata::detail::http_response r;
+  bool answered = false;  // any byte of the answer arrived
+  bool broken = false;    // the connection is closed after the request
+};
+
+// One GET into `buf` against a server that reads the request, writes `answer` and closes.
+get_result one_get(const std::string& answer, std::span<std::byte> buf) {
+  scripted_server server([&](int fd) {
+    (void)read_request(fd);
+    send_all(fd, answer);
+  });
+  direct_connection c("s", server.addr(), sizeof(sockaddr_in));
+  get_result out;
+  c.begin(get_head("/b/k"), buf, out.r, std::chrono::steady_clock::now());
+  out.p = drive(c);
+  out.answered = c.answered();
+  c.release();
+  out.broken = c.broken();
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("an http URL splits into host, port, Host header and request target; other URLs are refused") {
@@ -169,73 +192,75 @@ TEST_CASE("a 206 whose head and body arrive in small pieces lands whole in the b
 
 TEST_CASE("an error answer's body is kept as text, and the buffer is left alone") {
   const std::string xml = "<Error><Code>SlowDown</Code></Error>";
+  std::vector<std::byte> buf(64, std::byte{0x5a});
+  const auto g = one_get("HTTP/1.1 503 Slow Down\r\nContent-Length: " + std::to_string(xml.size()) + "\r\n\r\n" + xml, buf);
+  REQUIRE(g.p == progress::done);
+  CHECK(g.r.status == 503);
+  CHECK(g.r.body == xml);
+  CHECK(g.r.received == 0);
+  CHECK(buf[0] == std::byte{0x5a});
+  CHECK_FALSE(g.broken);  // kept alive for the next request
+}
+
+TEST_CASE("chunked, HTTP/1.0 and interim answers are handed to curl") {
+  for (const std::string answer : {"HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+                                   "HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+                                   "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+                                   "HTTP/1.1 200 OK\r\n\r\nabc"}) {
+    CAPTURE(answer);
+    std::vector<std::byte> buf(3);
+    const auto g = one_get(answer, buf);
+    CHECK(g.p == progress::unsupported);
+    CHECK(g.broken);
+  }
+}
+
+TEST_CASE("an error answer without a Content-Length delivers its status and headers and closes the connection") {
+  std::vector<std::byte> buf(8);
+  const auto g =
+      one_get("HTTP/1.1 503 Slow Down\r\nRetry-After: 2\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n<Err>\r\n0\r\n\r\n", buf);
+  REQUIRE(g.p == progress::done);
+  CHECK(g.r.status == 503);
+  REQUIRE(g.r.header("retry-after") != nullptr);
+  CHECK(*g.r.header("retry-after") == "2");
+  CHECK(g.r.body.empty());
+  CHECK(g.broken);  // the rest of that body is never read as the next answer
+}
+
+TEST_CASE("an idle connection the server closed is stale, so it is not reused") {
   scripted_server server([&](int fd) {
     (void)read_request(fd);
-    send_all(fd, "HTTP/1.1 503 Slow Down\r\nContent-Length: " + std::to_string(xml.size()) + "\r\n\r\n" + xml);
-  });
+    send_all(fd, "HTTP/1.1 206 Partial Content\r\nContent-Length: 1\r\n\r\nA");
+  });  // the script ends: the server closes
   direct_connection c("s", server.addr(), sizeof(sockaddr_in));
-  std::vector<std::byte> buf(64, std::byte{0x5a});
+  std::vector<std::byte> buf(1);
   strata::detail::http_response r;
   c.begin(get_head("/b/k"), buf, r, std::chrono::steady_clock::now());
   REQUIRE(drive(c) == progress::done);
   c.release();
-  CHECK(r.status == 503);
-  CHECK(r.body == xml);
-  CHECK(r.received == 0);
-  CHECK(buf[0] == std::byte{0x5a});
-}
-
-TEST_CASE("chunked, HTTP/1.0 and interim answers are handed to curl") {
-  for (const std::string head : {"HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
-                                 "HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nabc",
-                                 "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
-                                 "HTTP/1.1 200 OK\r\n\r\nabc"}) {
-    CAPTURE(head);
-    scripted_server server([&](int fd) {
-      (void)read_request(fd);
-      send_all(fd, head);
-    });
-    direct_connection c("s", server.addr(), sizeof(sockaddr_in));
-    std::vector<std::byte> buf(3);
-    strata::detail::http_response r;
-    c.begin(get_head("/b/k"), buf, r, std::chrono::steady_clock::now());
-    CHECK(drive(c) == progress::unsupported);
-    c.release();
-    CHECK(c.broken());
-  }
+  REQUIRE(c.idle());
+  pollfd p{c.fd(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 5000) == 1);  // the close arrived
+  CHECK(c.stale());
 }
 
 TEST_CASE("a body longer than the buffer is refused as an overflow without writing past it") {
-  scripted_server server([&](int fd) {
-    (void)read_request(fd);
-    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789");
-  });
-  direct_connection c("s", server.addr(), sizeof(sockaddr_in));
   std::vector<std::byte> buf(8, std::byte{0});
-  strata::detail::http_response r;
-  c.begin(get_head("/b/k"), std::span(buf).first(4), r, std::chrono::steady_clock::now());
-  CHECK(drive(c) == progress::failed);
-  c.release();
-  CHECK(r.overflow);
-  CHECK(r.status == 200);
-  CHECK(r.transport_code != 0);
+  const auto g = one_get("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789", std::span(buf).first(4));
+  CHECK(g.p == progress::failed);
+  CHECK(g.r.overflow);
+  CHECK(g.r.status == 200);
+  CHECK(g.r.transport_code != 0);
   CHECK(buf[4] == std::byte{0});
 }
 
 TEST_CASE("a body cut short is a transport failure after an answer; a close before any answer is not answered") {
   SUBCASE("cut short") {
-    scripted_server server([&](int fd) {
-      (void)read_request(fd);
-      send_all(fd, "HTTP/1.1 206 Partial Content\r\nContent-Length: 10\r\n\r\n01234");
-    });
-    direct_connection c("s", server.addr(), sizeof(sockaddr_in));
     std::vector<std::byte> buf(10);
-    strata::detail::http_response r;
-    c.begin(get_head("/b/k"), buf, r, std::chrono::steady_clock::now());
-    CHECK(drive(c) == progress::failed);
-    CHECK(c.answered());
-    c.release();
-    CHECK(r.transport_error.find("5 bytes into a body of 10") != std::string::npos);
+    const auto g = one_get("HTTP/1.1 206 Partial Content\r\nContent-Length: 10\r\n\r\n01234", buf);
+    CHECK(g.p == progress::failed);
+    CHECK(g.answered);
+    CHECK(g.r.transport_error.find("5 bytes into a body of 10") != std::string::npos);
   }
   SUBCASE("closed unanswered after serving one: the request may go again on a fresh connection") {
     scripted_server server([&](int fd) {
@@ -259,7 +284,7 @@ TEST_CASE("a body cut short is a transport failure after an answer; a close befo
   }
 }
 
-TEST_CASE("a connect to a port nobody listens on fails with the errno text") {
+TEST_CASE("a connect to a port nobody listens on fails as a connect failure, with the errno text") {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -280,6 +305,7 @@ TEST_CASE("a connect to a port nobody listens on fails with the errno text") {
   strata::detail::http_response r;
   c.begin(get_head("/"), buf, r, std::chrono::steady_clock::now());
   CHECK(drive(c) == progress::failed);
+  CHECK(c.connect_failed());
   c.release();
   CHECK(r.transport_error.find("refused") != std::string::npos);
 }

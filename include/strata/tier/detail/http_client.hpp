@@ -193,8 +193,7 @@ class http_client {
       t->resp.received += len;
       return len;
     }
-    constexpr std::size_t max_text = 4 << 20;  // an error document or a listing page is far smaller
-    if (t->resp.body.size() + len > max_text) return 0;
+    if (t->resp.body.size() + len > max_text_body) return 0;
     try {
       t->resp.body.append(data, len);
     } catch (...) {
@@ -328,11 +327,17 @@ class http_client {
 
   // The request head of a direct GET; throws config_error on a header that would split it.
   static std::string request_head(const transfer& t) {
+    const auto unsafe = [](std::string_view x, bool name) {
+      return x.empty() && name ? true : std::any_of(x.begin(), x.end(), [name](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f || (name && (c == ':' || c == ' '));
+      });
+    };
+    if (unsafe(t.target.target, true)) throw config_error("http_client: a request target that needs curl's checks");
     std::string h = fmt::format("GET {} HTTP/1.1\r\n", t.target.target);
     bool host = false;
     for (const auto& [k, v] : t.req.headers) {
-      if (k.find_first_of("\r\n:") != std::string::npos || v.find_first_of("\r\n") != std::string::npos)
-        throw config_error(fmt::format("http_client: header '{}' holds a line break or a colon in its name", k));
+      if (unsafe(k, true) || unsafe(v, false))
+        throw config_error(fmt::format("http_client: header '{}' is empty or holds a control character", k));
       host = host || ::strcasecmp(k.c_str(), "host") == 0;
       h += fmt::format("{}: {}\r\n", k, v);
     }
@@ -366,15 +371,20 @@ class http_client {
 
   // Gives queued GETs a connection to their endpoint (an idle one, else a new one while fewer
   // than max_connections are open, else one idle to another endpoint, closed and replaced).
-  void dispatch_direct(std::chrono::steady_clock::time_point now) noexcept {
+  void dispatch_direct(std::chrono::steady_clock::time_point now,
+                       std::map<CURL*, std::unique_ptr<transfer>>& running) noexcept {
     while (!direct_queue_.empty()) {
       std::unique_ptr<transfer>& t = direct_queue_.front();
       std::string key;
       direct_slot* slot = nullptr;
       try {
         key = fmt::format("{}:{}", t->target.host, t->target.port);
-        for (auto& d : direct_)
-          if (!d.t && d.conn->idle() && d.conn->endpoint() == key) slot = &d;
+        // Idle connections the server closed (or wrote to unasked) go; a request sent again
+        // after a connection dropped it takes a fresh one.
+        std::erase_if(direct_, [](const direct_slot& d) { return !d.t && d.conn->stale(); });
+        if (!t->direct_resent)
+          for (auto& d : direct_)
+            if (!d.t && d.conn->idle() && d.conn->endpoint() == key) slot = &d;
         if (slot == nullptr) {
           if (direct_.size() >= std::max(1U, opts_.max_connections)) {
             const auto idle = std::find_if(direct_.begin(), direct_.end(), [](const direct_slot& d) { return !d.t; });
@@ -387,10 +397,13 @@ class http_client {
           slot = &direct_.emplace_back(direct_slot{std::move(conn), nullptr});
         }
         slot->conn->begin(request_head(*t), t->req.receive, t->resp, now);
-      } catch (const std::exception& e) {
-        auto failed = std::move(t);
+      } catch (const std::exception&) {
+        // No connection (a name that does not resolve, a refused connect) or a request this path
+        // cannot write: curl tries it its own way (every address, proxies) and reports its error.
+        auto other = std::move(t);
         direct_queue_.pop_front();
-        fail(std::move(failed), 7 /*CURLE_COULDNT_CONNECT*/, e.what());
+        count_hand_over();
+        start_curl(std::move(other), running);
         continue;
       }
       slot->t = std::move(t);
@@ -405,7 +418,7 @@ class http_client {
   // sent once more on a fresh one, as curl does; an answer this path does not take goes to curl.
   void pump_direct(std::map<CURL*, std::unique_ptr<transfer>>& running) noexcept {
     const auto now = std::chrono::steady_clock::now();
-    dispatch_direct(now);
+    dispatch_direct(now, running);
     bool freed = false;
     for (auto& d : direct_) {
       if (!d.t) continue;
@@ -418,7 +431,10 @@ class http_client {
         d.t->resp.transport_code = CURLE_OUT_OF_MEMORY;
         d.t->resp.transport_error = e.what();
         d.conn->close();
+        p = direct_connection::progress::failed;
       }
+      if (p == direct_connection::progress::failed && d.conn->connect_failed())
+        p = direct_connection::progress::unsupported;  // never connected: curl tries its own way
       if (p == direct_connection::progress::working) continue;
       const bool resend = p == direct_connection::progress::failed && d.conn->served() > 0 && !d.conn->answered() &&
                           !d.t->direct_resent;
@@ -432,12 +448,7 @@ class http_client {
         finish(std::move(t));
       } else {
         t->resp = http_response{};
-        if (p == direct_connection::progress::unsupported && ++unsupported_ == 3) {
-          direct_on_ = false;  // this store answers GETs in a shape the direct path does not take
-          notice(fmt::format("{}: the store's GET answers are not plain HTTP/1.1 with a Content-Length; every "
-                             "request goes through curl from now on",
-                             opts_.name));
-        }
+        if (p == direct_connection::progress::unsupported) count_hand_over();
         if (p == direct_connection::progress::failed) {
           t->direct_resent = true;
           try {
@@ -450,7 +461,19 @@ class http_client {
       }
     }
     std::erase_if(direct_, [](const direct_slot& d) { return !d.t && d.conn->broken(); });
-    if (freed) dispatch_direct(now);
+    if (freed) dispatch_direct(now, running);
+  }
+
+  // A GET the direct path handed to curl; after three in a row it hands every one over.
+  void count_hand_over() noexcept {
+    if (++unsupported_ != 3) return;
+    direct_on_ = false;
+    try {
+      notice(fmt::format("{}: three GETs in a row could not be received directly (no connection, or answers that "
+                         "are not HTTP/1.1 with a Content-Length); every request goes through curl from now on",
+                         opts_.name));
+    } catch (...) {  // out of memory for the notice: the switch is made all the same
+    }
   }
 
   // The poll set of the direct connections that wait for their sockets.
@@ -534,20 +557,15 @@ class http_client {
     // Closing: every request not done gets a transport error, so no caller waits forever.
     for (auto& [e, t] : running) {
       ::curl_multi_remove_handle(multi_, e);
-      t->resp.transport_code = CURLE_ABORTED_BY_CALLBACK;
-      t->resp.transport_error = "the HTTP client closed with the request in flight";
-      finish(std::move(t));
+      fail(std::move(t), CURLE_ABORTED_BY_CALLBACK, "the HTTP client closed with the request in flight");
     }
     for (auto& d : direct_)
       if (d.t) fail(std::move(d.t), CURLE_ABORTED_BY_CALLBACK, "the HTTP client closed with the request in flight");
     direct_.clear();
     for (auto& t : direct_queue_)
       fail(std::move(t), CURLE_ABORTED_BY_CALLBACK, "the HTTP client closed before the request started");
-    for (auto& [when, t] : waiting) {
-      t->resp.transport_code = CURLE_ABORTED_BY_CALLBACK;
-      t->resp.transport_error = "the HTTP client closed before the request started";
-      finish(std::move(t));
-    }
+    for (auto& [when, t] : waiting)
+      fail(std::move(t), CURLE_ABORTED_BY_CALLBACK, "the HTTP client closed before the request started");
   }
 
   http_client_options opts_;

@@ -89,9 +89,6 @@ class direct_connection {
     unsupported,  ///< an answer shape this path does not take: hand the request to curl
   };
 
-  /// Error-body limit, as curl's path keeps (an error document is far smaller).
-  static constexpr std::size_t max_text = 4 << 20;
-
   direct_connection(std::string endpoint, const sockaddr* addr, socklen_t len) : endpoint_(std::move(endpoint)) {
     fd_ = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
     if (fd_ < 0) {
@@ -130,6 +127,15 @@ class direct_connection {
   /// A connect that failed at once (before any request): its error is in open_error().
   [[nodiscard]] bool broken() const noexcept { return fd_ < 0 || phase_ == phase::broken; }
   [[nodiscard]] const std::string& open_error() const noexcept { return open_error_; }
+  /// The request failed because the connection never came up (curl may get through: another
+  /// address of the name, a proxy rule).
+  [[nodiscard]] bool connect_failed() const noexcept { return connect_failed_; }
+  /// An idle connection the server closed or wrote to unasked (a 408, say): not to be reused.
+  [[nodiscard]] bool stale() const noexcept {
+    if (fd_ < 0 || phase_ != phase::idle) return fd_ < 0;
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) != 0;  // readable, hung up, or poll failed: do not trust it
+  }
 
   /// poll events the current phase waits for (0 when idle).
   [[nodiscard]] short events() const noexcept {
@@ -146,7 +152,8 @@ class direct_connection {
     receive_ = receive;
     resp_ = &resp;
     head_.clear();
-    answered_ = false;
+    answered_ = drop_body_ = false;
+    body_len_ = body_got_ = 0;
     started_ = window_start_ = now;
     window_bytes_ = 0;
     if (phase_ == phase::idle) phase_ = phase::sending;
@@ -164,7 +171,10 @@ class direct_connection {
           socklen_t len = sizeof err;
           if (n < 0) err = errno;
           else if (::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-          if (err != 0) return transport_failure(7 /*CURLE_COULDNT_CONNECT*/, "connect", err);
+          if (err != 0) {
+            connect_failed_ = true;
+            return transport_failure(7 /*CURLE_COULDNT_CONNECT*/, "connect", err);
+          }
           phase_ = phase::sending;
           break;
         }
@@ -194,6 +204,7 @@ class direct_connection {
           if (const auto p = parse_head(std::string_view(head_).substr(0, end + 2)); p != progress::working) return p;
           // Bytes after the head are the start of the body.
           const std::string_view rest = std::string_view(head_).substr(end + 4);
+          if (drop_body_) break;  // (body_got_ and body_len_ are 0: complete, then closed)
           if (rest.size() > body_len_) return transport_failure(8, "more bytes after the response than its Content-Length");
           if (!rest.empty()) {
             if (phase_ == phase::body) std::memcpy(receive_.data(), rest.data(), rest.size());
@@ -295,10 +306,21 @@ class direct_connection {
       (void)parse_header_line(head.substr(pos, next - pos), resp_->headers);
       pos = next + 2;
     }
-    if (resp_->header("transfer-encoding") != nullptr) return progress::unsupported;
     if (const auto* c = resp_->header("connection"); c != nullptr && ::strcasecmp(c->c_str(), "close") == 0)
       close_after_ = true;
     const auto* length = resp_->header("content-length");
+    const bool chunked = resp_->header("transfer-encoding") != nullptr;
+    const bool success = status >= 200 && status < 300;
+    if (!success && (chunked || length == nullptr)) {
+      // An error answer framed otherwise: its status and headers (request id, Retry-After) are
+      // what the caller's retry needs, so they are delivered now rather than sending the
+      // request again through curl at once; the body is dropped with the connection.
+      close_after_ = drop_body_ = true;
+      body_len_ = body_got_ = 0;
+      phase_ = phase::text;
+      return progress::working;
+    }
+    if (chunked) return progress::unsupported;
     std::uint64_t len = 0;
     if (length == nullptr) {
       if (status != 204 && status != 304) return progress::unsupported;
@@ -313,7 +335,7 @@ class direct_connection {
       resp_->overflow = true;
       return transport_failure(23 /*CURLE_WRITE_ERROR*/, "the response body is longer than the range asked for");
     }
-    if (!to_buffer && len > max_text) return transport_failure(23, fmt::format("a response body of {} bytes", len));
+    if (!to_buffer && len > max_text_body) return transport_failure(23, fmt::format("a response body of {} bytes", len));
     phase_ = to_buffer ? phase::body : phase::text;
     return progress::working;
   }
@@ -361,6 +383,8 @@ class direct_connection {
   std::uint64_t served_ = 0;
   bool answered_ = false;
   bool close_after_ = false;
+  bool connect_failed_ = false;
+  bool drop_body_ = false;  // an error answer without a Content-Length: its body is not read
   progress failure_ = progress::failed;
   std::chrono::steady_clock::time_point started_{}, window_start_{};
   std::uint64_t window_bytes_ = 0;

@@ -16,6 +16,9 @@
 
 namespace strata::detail {
 
+/// The longest body kept as text (an error document or a listing page is far smaller).
+inline constexpr std::size_t max_text_body = 4 << 20;
+
 struct http_request {
   std::string method = "GET";  ///< GET, HEAD, PUT, POST or DELETE
   std::string url;
