@@ -160,6 +160,32 @@ TEST_CASE("the strata preset sizes its cache from the budget; a cache of every s
   CHECK(half->stats().cache_slots == 5);
 }
 
+TEST_CASE("the strata preset leaves the device landing slots out of its cache when the update may run on the device") {
+  const std::size_t n = 5000, sg = 500;  // 10 subgroups
+  const strata::adamw_options ao;
+  strata::offload_options base;
+  base.subgroup_elems = sg;
+  base.threads = 2;
+  const auto slot = strata::host_budget::footprint(sg * 12);
+  // 9 pipeline slots + 2 device landing slots (device_depth) + 3 cache slots + the 16-bit store.
+  base.host_memory_budget = (9 + 2 + 3) * slot + strata::host_budget::footprint(n * 2);
+  using P = strata::presets::strata_preset;
+  CHECK(P::options(n, ao, base).host_cache_bytes == 5 * slot);  // a host-only site has no landing slots
+  const auto off = P::options(n, ao, base, true);
+  CHECK(off.host_cache_bytes == 3 * slot);
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  strata::host_executor<strata::host_stream> exec;
+  const auto init = random_params(n, 5);
+  P::device_optimizer<strata::host_tier, strata::host_executor<strata::host_stream>, strata::always_device> opt(
+      tier, exec, init, ao, off);
+  CHECK(opt.stats().cache_slots == 3);
+  const auto g = random_grads<strata::bf16>(n, 2);
+  for (std::size_t s = 0; s < opt.subgroup_count(); ++s)
+    opt.accept_gradients(s, std::span<const strata::bf16>(g).subspan(opt.begin(s), opt.length(s)));
+  opt.step();
+  CHECK(opt.stats().host_memory_peak <= base.host_memory_budget);
+}
+
 TEST_CASE("a checkpoint saved under one preset loads under another and continues bit-identically") {
   const std::size_t n = 3000;
   const auto init = random_params(n, 34);

@@ -248,7 +248,8 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
 
   void create(const offloaded_adamw_config& c, std::span<const float> params, const adamw_state_view& state) {
     opt_.emplace(optimizer::from_state(tier_, *exec_, params, state, c.adamw,
-                                       Preset::options(params.size(), c.adamw, c.offload), typename Preset::order{},
+                                       Preset::options(params.size(), c.adamw, c.offload, site_.uses_device()),
+                                       typename Preset::order{},
                                        typename Preset::eviction{}, site_, c.trace));
   }
   template <class Where>  // a directory or a store
@@ -257,7 +258,7 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
     const auto probe = optimizer::load_manifest(dir);
     auto base = c.offload;
     base.subgroup_elems = static_cast<std::size_t>(probe.subgroup_elems);
-    opt_.emplace(optimizer::load(dir, tier_, *exec_, Preset::options(probe.params, probe.options, base),
+    opt_.emplace(optimizer::load(dir, tier_, *exec_, Preset::options(probe.params, probe.options, base, site_.uses_device()),
                                  typename Preset::order{}, typename Preset::eviction{}, site_, c.trace));
   }
 

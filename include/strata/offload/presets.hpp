@@ -69,7 +69,7 @@ struct zero_infinity {
 
   /// The base's host cache is kept (none by default, as ZeRO-Infinity keeps none).
   [[nodiscard]] static offload_options options(std::size_t /*params*/, const adamw_options& /*a*/,
-                                               offload_options base = {}) {
+                                               offload_options base = {}, bool /*device*/ = false) {
     base.prefetch_depth = 1;
     base.write_behind_depth = 1;
     base.gradients = gradient_residency::tier;
@@ -96,7 +96,8 @@ struct mlp_offload {
   /// Subgroups kept across steps (MLP-Offload keeps a few; 2 unless the base gives a cache).
   static constexpr std::size_t default_kept = 2;
 
-  [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {}) {
+  [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {},
+                                               bool /*device*/ = false) {
     base.gradients = gradient_residency::host;
     base.prefetch_depth = 1;  // per path: its swapper's one async swap-in and one async swap-out
     base.write_behind_depth = 1;
@@ -124,8 +125,10 @@ struct strata_preset {
   /// Prefetch and write-behind 4 deep; gradients where the base says (host by default, with room
   /// left for a 16-bit store; automatic: an fp32 store in host memory when the budget holds it
   /// beside the pipeline, else on the tier); the cache takes what the budget leaves (none with an
-  /// unlimited budget: give host_cache_bytes or a budget).
-  [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {}) {
+  /// unlimited budget: give host_cache_bytes or a budget). `device`: the update site may choose
+  /// the device, whose landing slots the budget holds too.
+  [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {},
+                                               bool device = false) {
     base.prefetch_depth = 4;
     base.write_behind_depth = 4;
     const std::uint64_t budget = base.host_memory_budget;
@@ -133,10 +136,13 @@ struct strata_preset {
     // Gives `o` the cache the budget leaves beside its pipeline and a gradient store of `store`
     // bytes (none when the store does not fit: false); o untouched when the pipeline does not.
     const auto fill = [&](offload_options& o, std::uint64_t store) {
-      const std::uint64_t slot = detail::slot_footprint(params, a, o);
-      const std::uint64_t pipeline = (o.prefetch_depth + o.write_behind_depth + 1) * slot;
+      offload_options bare = o;
+      bare.host_cache_bytes = 0;
+      bare.cache_subgroups.reset();
+      const auto layout = offload_layout::of(params, a, bare);
+      const std::uint64_t pipeline = layout.required_host_memory(bare, device);
       if (budget == unlimited_capacity || budget < pipeline) return false;
-      const std::uint64_t left = budget - pipeline;
+      const std::uint64_t left = budget - pipeline, slot = layout.slot_footprint();
       o.host_cache_bytes = left >= store ? (left - store) / slot * slot : 0;
       return left >= store;
     };
