@@ -129,7 +129,9 @@ struct object_store_stats {
   std::uint64_t parts = 0;              ///< parts uploaded
   std::uint64_t aborted_uploads = 0;    ///< multipart uploads aborted after a failure
   std::uint64_t gets = 0;               ///< ranged GETs
-  std::uint64_t direct_gets = 0;        ///< GET requests received straight into the caller's buffer
+  /// GET requests sent on the direct receive path (straight into the caller's buffer); one it
+  /// handed to curl (an answer it does not take, no connection) counts here and again in requests
+  std::uint64_t direct_gets = 0;
   std::uint64_t patches = 0;            ///< writes that read, patched and re-uploaded an object
   std::uint64_t patch_bytes_read = 0;   ///< bytes read back by those patches
   std::uint64_t bytes_written = 0;      ///< object bytes uploaded (parts and PUTs)
