@@ -103,6 +103,12 @@ std::string body_of(std::size_t n) {
   return b;
 }
 
+// Sends a GET for /b/k on `c` (kept open) and drives it to its end.
+progress get_on(direct_connection& c, std::span<std::byte> buf, strata::detail::http_response& r) {
+  c.begin(get_head("/b/k"), buf, r, std::chrono::steady_clock::now());
+  return drive(c);
+}
+
 struct get_result {
   progress p = progress::working;
   strata::detail::http_response r;
@@ -118,8 +124,7 @@ get_result one_get(const std::string& answer, std::span<std::byte> buf) {
   });
   direct_connection c("s", server.addr(), sizeof(sockaddr_in));
   get_result out;
-  c.begin(get_head("/b/k"), buf, out.r, std::chrono::steady_clock::now());
-  out.p = drive(c);
+  out.p = get_on(c, buf, out.r);
   out.answered = c.answered();
   c.release();
   out.broken = c.broken();
@@ -169,8 +174,7 @@ TEST_CASE("a 206 whose head and body arrive in small pieces lands whole in the b
   REQUIRE_FALSE(c.broken());
   std::vector<std::byte> buf(100000);
   strata::detail::http_response r;
-  c.begin(get_head("/b/k"), buf, r, std::chrono::steady_clock::now());
-  REQUIRE(drive(c) == progress::done);
+  REQUIRE(get_on(c, buf, r) == progress::done);
   c.release();
   CHECK(r.status == 206);
   CHECK(r.received == body.size());
@@ -235,8 +239,7 @@ TEST_CASE("an idle connection the server closed is stale, so it is not reused") 
   direct_connection c("s", server.addr(), sizeof(sockaddr_in));
   std::vector<std::byte> buf(1);
   strata::detail::http_response r;
-  c.begin(get_head("/b/k"), buf, r, std::chrono::steady_clock::now());
-  REQUIRE(drive(c) == progress::done);
+  REQUIRE(get_on(c, buf, r) == progress::done);
   c.release();
   REQUIRE(c.idle());
   pollfd p{c.fd(), POLLIN, 0};
@@ -271,12 +274,10 @@ TEST_CASE("a body cut short is a transport failure after an answer; a close befo
     direct_connection c("s", server.addr(), sizeof(sockaddr_in));
     std::vector<std::byte> buf(1);
     strata::detail::http_response r;
-    c.begin(get_head("/b/k"), buf, r, std::chrono::steady_clock::now());
-    REQUIRE(drive(c) == progress::done);
+    REQUIRE(get_on(c, buf, r) == progress::done);
     c.release();
     strata::detail::http_response r2;
-    c.begin(get_head("/b/k"), buf, r2, std::chrono::steady_clock::now());
-    CHECK(drive(c) == progress::failed);
+    CHECK(get_on(c, buf, r2) == progress::failed);
     CHECK(c.served() == 1);
     CHECK_FALSE(c.answered());
     c.release();
