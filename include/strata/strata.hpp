@@ -39,6 +39,7 @@
 #include "strata/optim/element_types.hpp"
 #include "strata/optim/grad_norm.hpp"
 #include "strata/optim/loss_scaler.hpp"
+#include "strata/optim/param_steps.hpp"
 #include "strata/optim/step_rates.hpp"
 
 #include "strata/exec/cuda_stream.hpp"
@@ -91,6 +92,7 @@
 #include "strata/offload/checkpoint.hpp"
 #include "strata/offload/checkpoint_manifest.hpp"
 #include "strata/offload/gradient_intake.hpp"
+#include "strata/offload/gradient_ranges.hpp"
 #include "strata/offload/make_offloaded_adamw.hpp"
 #include "strata/offload/offload_layout.hpp"
 #include "strata/offload/offload_options.hpp"

@@ -313,18 +313,32 @@ class optimizer {
   std::unique_ptr<strata::any_offloaded_adamw> o_;
 };
 
+// [(first, steps), ...] as param_steps' runs.
+std::vector<strata::param_step_run> step_runs_of(nb::handle h) {
+  std::vector<strata::param_step_run> runs;
+  if (h.is_none()) return runs;
+  for (nb::handle r : h) {
+    auto t = nb::cast<nb::tuple>(r);
+    if (t.size() != 2) config_fail("strata: a step run is (first parameter, steps)");
+    runs.push_back({nb::cast<std::size_t>(t[0]), nb::cast<std::uint64_t>(t[1])});
+  }
+  return runs;
+}
+
 std::unique_ptr<optimizer> create(const array& params, nb::handle exp_avg, nb::handle exp_avg_sq,
-                                  nb::handle max_exp_avg_sq, std::uint64_t step, nb::kwargs kw) {
+                                  nb::handle max_exp_avg_sq, std::uint64_t step, nb::handle step_runs, nb::kwargs kw) {
   const auto c = config_of(nb::dict(kw));
   const auto p = floats(params, "params");
   const auto m = optional_array(exp_avg);
   const auto v = optional_array(exp_avg_sq);
   const auto vmax = optional_array(max_exp_avg_sq);
+  const auto runs = step_runs_of(step_runs);
   strata::adamw_state_view state;
   if (m) state.exp_avg = floats(*m, "exp_avg");
   if (v) state.exp_avg_sq = floats(*v, "exp_avg_sq");
   if (vmax) state.max_exp_avg_sq = floats(*vmax, "max_exp_avg_sq");
   state.step = step;
+  state.step_runs = runs;
   nb::gil_scoped_release unlocked;
   return std::make_unique<optimizer>(strata::make_offloaded_adamw(c, p, state));
 }
@@ -374,6 +388,69 @@ nb::dict step(optimizer& self, nb::handle rates_in, nb::handle grads_in, nb::han
     }
   }
   return step_stats_of(st);
+}
+
+// Gradient ranges [(first, array), ...], every array of one dtype, as spans of type G.
+template <class G>
+std::vector<strata::gradient_range<G>> ranges_as(const std::vector<std::pair<std::size_t, array>>& in) {
+  std::vector<strata::gradient_range<G>> out;
+  out.reserve(in.size());
+  for (const auto& [first, a] : in) out.push_back({first, span_of<const G>(a)});
+  return out;
+}
+
+// Calls fn(ranges) with the ranges as gradient_range<G> of their dtype (checked: host,
+// contiguous, one floating dtype for all).
+template <class F>
+auto with_ranges(nb::handle grads_in, F&& fn) {
+  std::vector<std::pair<std::size_t, array>> in;
+  std::optional<dtype_kind> kind;
+  for (nb::handle h : grads_in) {
+    auto t = nb::cast<nb::tuple>(h);
+    if (t.size() != 2) config_fail("strata: a gradient range is (first parameter, gradients)");
+    auto a = nb::cast<array>(t[1], false);
+    check_flat(a, "a gradient range");
+    const dtype_kind k = kind_of(a, "a gradient range");
+    if (kind && *kind != k) config_fail("strata: the gradient ranges of one step must share one dtype");
+    kind = k;
+    in.emplace_back(nb::cast<std::size_t>(t[0]), std::move(a));
+  }
+  switch (kind.value_or(dtype_kind::f32)) {
+    case dtype_kind::f32: return fn(ranges_as<float>(in));
+    case dtype_kind::bf16: return fn(ranges_as<strata::bf16>(in));
+    case dtype_kind::f16: break;
+  }
+  return fn(ranges_as<strata::fp16>(in));
+}
+
+nb::dict step_ranges(optimizer& self, nb::handle rates_in, nb::handle grads_in, const array& model_in, bool adopt_model,
+                     nb::handle decision_in) {
+  const auto rates = rates_of(rates_in);
+  const auto model = model_span(model_in);
+  strata::step_options opts;
+  opts.adopt_model = adopt_model;
+  if (!decision_in.is_none()) {
+    auto t = nb::cast<nb::tuple>(decision_in);
+    if (t.size() != 3) config_fail("strata: a step decision is (skip, grad_norm, clip)");
+    opts.decision = strata::step_decision{nb::cast<bool>(t[0]), nb::cast<double>(t[1]), nb::cast<float>(t[2])};
+  }
+  auto& o = self.get();
+  strata::offload_step_stats st;
+  with_ranges(grads_in, [&](const auto& ranges) {
+    nb::gil_scoped_release unlocked;
+    st = o.step(std::span(ranges), rates, model, opts);
+  });
+  return step_stats_of(st);
+}
+
+nb::tuple gradient_stats(optimizer& self, nb::handle grads_in) {
+  auto& o = self.get();
+  strata::grad_stats g;
+  with_ranges(grads_in, [&](const auto& ranges) {
+    nb::gil_scoped_release unlocked;
+    g = o.gradient_stats(std::span(ranges));
+  });
+  return nb::make_tuple(g.sum_squares, g.count);
 }
 
 std::span<float> out_floats(const array& a, const char* what) {
@@ -434,8 +511,9 @@ NB_MODULE(_core, m) {
   nb::class_<optimizer>(m, "Optimizer",
                         "strata's offloaded AdamW over flat fp32 parameters (the state lives on the paths).")
       .def_static("create", &create, "params"_a, "exp_avg"_a = nb::none(), "exp_avg_sq"_a = nb::none(),
-                  "max_exp_avg_sq"_a = nb::none(), "step"_a = 0, "options"_a,
-                  "Builds the optimizer from fp32 parameters (and, optionally, existing AdamW moments and step).")
+                  "max_exp_avg_sq"_a = nb::none(), "step"_a = 0, "step_runs"_a = nb::none(), "options"_a,
+                  "Builds the optimizer from fp32 parameters (and, optionally, existing AdamW moments and step, "
+                  "with step_runs [(first, steps), ...] when the parameters' step counts differ).")
       .def_static("load", &load, "directory"_a, "options"_a, "Restores the checkpoint in `directory` onto the paths.")
       .def("accept_gradients", &accept_gradients, "first"_a, "grads"_a,
            "Hands over gradients of parameters [first, first + grads.numel()) for the next step.")
@@ -448,6 +526,25 @@ NB_MODULE(_core, m) {
       .def("step", &step, "rates"_a, "grads"_a = nb::none(), "model"_a = nb::none(),
            "One step: `rates` is a learning rate or a list of (first, count, lr, weight_decay); `grads` all "
            "gradients (or None: those handed over); `model` receives the updated weights in its own dtype.")
+      .def("step_ranges", &step_ranges, "rates"_a, "grads"_a, "model"_a, "adopt_model"_a = true,
+           "decision"_a = nb::none(),
+           "One step over gradient ranges [(first, array), ...] (ascending, disjoint, one dtype): parameters no "
+           "range covers are left as they are. `model` (every parameter, its own dtype) receives the updated "
+           "weights; with adopt_model it is also the truth the master weights follow where it was written. "
+           "`decision` (skip, grad_norm, clip) is the whole model's, from gradient_stats.")
+      .def("gradient_stats", &gradient_stats, "grads"_a,
+           "(sum of squares, count) of gradient ranges, unscaled by the loss scale.")
+      .def("restore_loss_scale",
+           [](optimizer& self, float scale, std::int64_t tracker) { self.get().restore_loss_scale(scale, tracker); })
+      .def_prop_ro("loss_growth_tracker", [](optimizer& self) { return self.get().loss_growth_tracker(); })
+      .def_prop_ro(
+          "param_steps",
+          [](optimizer& self) {
+            nb::list out;
+            for (const auto& r : self.get().param_step_counts().runs()) out.append(nb::make_tuple(r.first, r.steps));
+            return out;
+          },
+          "Steps each parameter has taken, as runs [(first parameter, steps), ...].")
       .def("read_master",
            [](optimizer& self, const array& out) {
              auto s = out_floats(out, "the master weights' output");
@@ -470,12 +567,21 @@ NB_MODULE(_core, m) {
              nb::gil_scoped_release unlocked;
              o.read_max_exp_avg_sq(s);
            })
-      .def("save",
-           [](optimizer& self, const std::string& dir) {
-             auto& o = self.get();
-             nb::gil_scoped_release unlocked;
-             o.save(dir);
-           })
+      .def(
+          "save",
+          [](optimizer& self, const std::string& dir, nb::handle model_in) {
+            auto& o = self.get();
+            const auto model = optional_array(model_in);
+            std::optional<strata::host_model_span> copy;
+            if (model) copy = model_span(*model);
+            nb::gil_scoped_release unlocked;
+            if (copy)
+              o.save(dir, *copy);
+            else
+              o.save(dir);
+          },
+          "directory"_a, "model"_a = nb::none(),
+          "Writes a checkpoint; with `model`, its master weights follow the model where it was written.")
       .def("flush",
            [](optimizer& self) {
              auto& o = self.get();

@@ -63,19 +63,27 @@ inline std::size_t first_difference(std::span<const float> a, std::span<const fl
   return a.size() == b.size() ? a.size() : std::min(a.size(), b.size());
 }
 
+/// Asserts the optimizer's master weights and moments equal these arrays, bit for bit.
+template <class Opt>
+void require_same_arrays(Opt& opt, std::span<const float> want_p, std::span<const float> want_m,
+                         std::span<const float> want_v) {
+  const std::size_t n = want_p.size();
+  std::vector<float> p(n), m(n), v(n);
+  opt.read_master(p);
+  opt.read_moments(m, v);
+  INFO("first master difference at " << first_difference(p, want_p));
+  REQUIRE(same_bits(p, want_p));
+  INFO("first m difference at " << first_difference(m, want_m));
+  REQUIRE(same_bits(m, want_m));
+  INFO("first v difference at " << first_difference(v, want_v));
+  REQUIRE(same_bits(v, want_v));
+}
+
 /// Asserts the optimizer's master weights and moments equal the reference's, bit for bit.
 template <class Opt>
 void require_same_state(Opt& opt, const flat_reference& ref) {
   const std::size_t n = ref.p.size();
-  std::vector<float> p(n), m(n), v(n);
-  opt.read_master(p);
-  opt.read_moments(m, v);
-  INFO("first master difference at " << first_difference(p, ref.p));
-  REQUIRE(same_bits(p, ref.p));
-  INFO("first m difference at " << first_difference(m, ref.m));
-  REQUIRE(same_bits(m, ref.m));
-  INFO("first v difference at " << first_difference(v, ref.v));
-  REQUIRE(same_bits(v, ref.v));
+  require_same_arrays(opt, ref.p, ref.m, ref.v);
   if (ref.o.amsgrad) {
     std::vector<float> vm(n);
     opt.read_max_exp_avg_sq(vm);

@@ -12,8 +12,11 @@
 /// staging and, once their update committed, it is copied in on the h2d stream: sync that stream
 /// to wait for the copies).
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -26,6 +29,7 @@
 #include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
 #include "strata/offload/adamw_device.hpp"
+#include "strata/offload/gradient_ranges.hpp"
 #include "strata/offload/offload_layout.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
@@ -43,16 +47,57 @@ struct model_copy {
   [[nodiscard]] bool empty() const noexcept { return host.empty() && device.empty(); }
 };
 
-/// `GradsOf(s, host slot) -> std::span<const G>`: subgroup s's gradients in host memory (a span
-/// of the caller's, of the gradient store, or of the slot's side data). `Commit(s)`: called when
-/// subgroup s's update committed.
+/// Makes `master` follow `model`, a model copy someone may have written into since the update
+/// wrote it: each master weight whose value rounded to H differs from the copy's (bit for bit)
+/// becomes the copy's value, widened. Returns how many did. (For H = float the copy is the master
+/// itself after an update, so any difference is a write; for 16-bit copies a write of the very
+/// value the master rounds to goes unseen, and leaves the master's extra bits as they are.)
+template <class H>
+  requires model_copy_type<H>
+std::size_t adopt_model_copy(std::span<float> master, std::span<const H> model) {
+  STRATA_ASSERT(master.size() == model.size());
+  constexpr std::size_t chunk = 1024;
+  std::size_t adopted = 0;
+  for (std::size_t at = 0; at < master.size(); at += chunk) {
+    const std::size_t n = std::min(chunk, master.size() - at);
+    float* p = master.data() + at;
+    const H* h = model.data() + at;
+    if constexpr (std::is_same_v<H, float>) {
+      if (std::memcmp(p, h, n * sizeof(float)) == 0) continue;  // the common case: nothing written
+      for (std::size_t i = 0; i < n; ++i)
+        if (std::bit_cast<std::uint32_t>(p[i]) != std::bit_cast<std::uint32_t>(h[i])) {
+          p[i] = h[i];
+          ++adopted;
+        }
+    } else {
+      std::uint16_t rounded[chunk];
+      for (std::size_t i = 0; i < n; ++i) rounded[i] = H(p[i]).bits;
+      if (std::memcmp(rounded, h, n * sizeof(H)) == 0) continue;
+      for (std::size_t i = 0; i < n; ++i)
+        if (rounded[i] != h[i].bits) {
+          p[i] = static_cast<float>(h[i]);
+          ++adopted;
+        }
+    }
+  }
+  return adopted;
+}
+
+/// `GradsOf(s, host slot, lo, hi) -> std::span<const G>`: the gradients of parameters [lo, hi)
+/// (a run of subgroup s that the step's coverage holds) in host memory (a span of the caller's,
+/// of the gradient store, of the slot's side data, or gathered from the caller's ranges).
+/// `Commit(s)`: called when subgroup s's update committed.
 template <executor Exec, gradient_type G, class H, class GradsOf, class Commit>
   requires model_copy_type<H>
 class adamw_subgroup_kernel {
  public:
   /// `exec` is needed only for a model copy in device memory.
+  /// `cover`: the parameters that have gradients this step (null: all; must outlive the
+  /// kernel); the others are left as they are. `adopt_model`: the host model copy is read first
+  /// and the master follows it where it was written (adopt_model_copy; host updates only).
   adamw_subgroup_kernel(const offload_layout& layout, step_constants k, GradsOf grads_of,
-                        model_copy<H> model, thread_pool* pool, Commit commit, Exec* exec = nullptr)
+                        model_copy<H> model, thread_pool* pool, Commit commit, Exec* exec = nullptr,
+                        const gradient_coverage* cover = nullptr, bool adopt_model = false)
       : layout_(layout),
         k_(std::move(k)),
         grads_of_(std::move(grads_of)),
@@ -60,21 +105,30 @@ class adamw_subgroup_kernel {
         pool_(pool),
         commit_(std::move(commit)),
         exec_(exec),
+        cover_(cover),
+        adopt_(adopt_model),
         on_host_(model.device.empty() ? 0 : layout.subgroups(), 0) {
     STRATA_EXPECTS(model_.device.empty() || (exec_ != nullptr && model_.staging.size() == model_.device.size()),
                    config_error, "adamw_subgroup_kernel: a model copy in device memory needs the executor and staging");
+    STRATA_EXPECTS(!adopt_ || (!model_.host.empty() && model_.device.empty()), config_error,
+                   "adamw_subgroup_kernel: adopting the model copy needs one in host memory");
   }
 
   void host(std::size_t s, std::span<std::byte> slot) {
     const std::size_t n = layout_.length(s);
+    const std::size_t base = layout_.begin(s);
     float* st = reinterpret_cast<float*>(slot.data());
-    const std::span<const G> grads = grads_of_(s, slot);
     const std::span<H> model = model_of(s);
-    k_.for_each_piece(layout_.begin(s), n, [&](std::size_t at, std::size_t len, const adamw_step_params& k) {
-      adamw_update_cpu<G, H>(std::span<float>(st + at, len), std::span<float>(st + n + at, len),
-                             std::span<float>(st + 2 * n + at, len),
-                             layout_.sections == 4 ? std::span<float>(st + 3 * n + at, len) : std::span<float>(),
-                             grads.subspan(at, len), model.empty() ? model : model.subspan(at, len), k, pool_);
+    if (adopt_) adopt_model_copy<H>(std::span<float>(st, n), model);
+    for_each_run(s, [&](std::size_t lo, std::size_t hi) {
+      const std::span<const G> grads = grads_of_(s, slot, lo, hi);
+      k_.for_each_piece(lo, hi - lo, [&](std::size_t off, std::size_t len, const adamw_step_params& k) {
+        const std::size_t at = lo - base + off;
+        adamw_update_cpu<G, H>(std::span<float>(st + at, len), std::span<float>(st + n + at, len),
+                               std::span<float>(st + 2 * n + at, len),
+                               layout_.sections == 4 ? std::span<float>(st + 3 * n + at, len) : std::span<float>(),
+                               grads.subspan(off, len), model.empty() ? model : model.subspan(at, len), k, pool_);
+      });
     });
     if (!on_host_.empty()) on_host_[s] = 1;  // read by committed(), which the pipeline calls after this returns
   }
@@ -90,8 +144,12 @@ class adamw_subgroup_kernel {
 
   template <class S>
   void device_in(std::size_t s, std::span<std::byte> slot, std::span<std::byte> device, S& h2d) {
-    const auto g = std::as_bytes(grads_of_(s, slot));
-    h2d.copy_to_device(device.subspan(static_cast<std::size_t>(layout_.device_gradient_offset()), g.size()), g);
+    const std::size_t base = layout_.begin(s);
+    const auto to = device.subspan(static_cast<std::size_t>(layout_.device_gradient_offset()));
+    for_each_run(s, [&](std::size_t lo, std::size_t hi) {
+      const auto g = std::as_bytes(grads_of_(s, slot, lo, hi));
+      h2d.copy_to_device(to.subspan((lo - base) * sizeof(G), g.size()), g);
+    });
   }
 
   void device_update(std::size_t s, std::span<std::byte> device, Exec& exec)
@@ -105,27 +163,45 @@ class adamw_subgroup_kernel {
     H* out = !model_.device.empty() ? model_.device.data() + layout_.begin(s)
                                     : reinterpret_cast<H*>(device.data() + layout_.device_model_offset());
     const bool write_copy = !model_.empty() && (!model_.device.empty() || !std::is_same_v<H, float>);
-    k_.for_each_piece(layout_.begin(s), n, [&](std::size_t at, std::size_t len, const adamw_step_params& k) {
-      enqueue_adamw(exec,
-                    adamw_group<G, H>{std::span<float>(st + at, len), std::span<float>(st + n + at, len),
-                                      std::span<float>(st + 2 * n + at, len),
-                                      layout_.sections == 4 ? std::span<float>(st + 3 * n + at, len)
-                                                            : std::span<float>(),
-                                      std::span<const G>(g + at, len),
-                                      write_copy ? std::span<H>(out + at, len) : std::span<H>()},
-                    k);
+    const std::size_t base = layout_.begin(s);
+    for_each_run(s, [&](std::size_t lo, std::size_t hi) {
+      k_.for_each_piece(lo, hi - lo, [&](std::size_t off, std::size_t len, const adamw_step_params& k) {
+        const std::size_t at = lo - base + off;
+        enqueue_adamw(exec,
+                      adamw_group<G, H>{std::span<float>(st + at, len), std::span<float>(st + n + at, len),
+                                        std::span<float>(st + 2 * n + at, len),
+                                        layout_.sections == 4 ? std::span<float>(st + 3 * n + at, len)
+                                                              : std::span<float>(),
+                                        std::span<const G>(g + at, len),
+                                        write_copy ? std::span<H>(out + at, len) : std::span<H>()},
+                      k);
+      });
     });
   }
 
   template <class S>
   void device_out(std::size_t s, std::span<std::byte> device, S& d2h) {
     if (model_.host.empty()) return;  // none, or written in place
-    const auto out = std::as_writable_bytes(model_of(s));
     const std::uint64_t from = std::is_same_v<H, float> ? 0 : layout_.device_model_offset();  // see device_update
-    d2h.copy_to_host(out, device.subspan(static_cast<std::size_t>(from), out.size()));
+    const std::size_t base = layout_.begin(s);
+    const auto model = model_of(s);
+    for_each_run(s, [&](std::size_t lo, std::size_t hi) {  // only the updated runs' weights change
+      const auto out = std::as_writable_bytes(model.subspan(lo - base, hi - lo));
+      d2h.copy_to_host(out, device.subspan(static_cast<std::size_t>(from) + (lo - base) * sizeof(H), out.size()));
+    });
   }
 
  private:
+  // Calls f(lo, hi) for each run of subgroup s that has gradients this step.
+  template <class F>
+  void for_each_run(std::size_t s, F&& f) const {
+    const std::size_t lo = layout_.begin(s), hi = lo + layout_.length(s);
+    if (cover_ == nullptr)
+      f(lo, hi);
+    else
+      cover_->for_each_in(lo, hi, f);
+  }
+
   [[nodiscard]] std::span<H> model_of(std::size_t s) const {
     const std::span<H> host = model_.device.empty() ? model_.host : model_.staging;
     return host.empty() ? std::span<H>() : host.subspan(layout_.begin(s), layout_.length(s));
@@ -138,6 +214,8 @@ class adamw_subgroup_kernel {
   thread_pool* pool_;
   Commit commit_;
   Exec* exec_;
+  const gradient_coverage* cover_;
+  bool adopt_;
   std::vector<char> on_host_;  // with a device model: which subgroups a host kernel updated
 };
 

@@ -16,6 +16,9 @@
 ///   loss_scaling 1                    (dynamic loss scaling: whether it was on, its scale and
 ///   loss_scale 0x1p+16                 growth tracker; version 1 manifests have none of these
 ///   growth_tracker 37                  and are still read)
+///   step_runs 2                       (steps each parameter has taken, as runs from a first
+///   run 0 12                           parameter: param_steps; version 1 and 2 manifests have
+///   run 4096 11                        none, every parameter then took `step`)
 ///   data state-12-5f3a9c.bin
 ///   data_bytes 12000036
 ///   sg 0 786432 0x1234abcd...        (subgroup, bytes, checksum; offsets follow in order)
@@ -34,13 +37,15 @@
 
 #include "strata/core/error.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/param_steps.hpp"
 #include "strata/tier/checksummed.hpp"
 
 namespace strata {
 
 /// What a checkpoint manifest records.
 struct checkpoint_manifest {
-  static constexpr std::string_view magic = "strata-offloaded-adamw-checkpoint 2";
+  static constexpr std::string_view magic = "strata-offloaded-adamw-checkpoint 3";
+  static constexpr std::string_view magic_v2 = "strata-offloaded-adamw-checkpoint 2";
   static constexpr std::string_view magic_v1 = "strata-offloaded-adamw-checkpoint 1";
   std::uint64_t step = 0;
   std::uint64_t params = 0;
@@ -50,6 +55,8 @@ struct checkpoint_manifest {
   bool loss_scaling = false;        ///< dynamic loss scaling was on (false in version 1 manifests)
   float loss_scale = 1;             ///< its scale when saved
   std::int64_t growth_tracker = 0;  ///< its clean steps in a row
+  /// Steps each parameter has taken (param_steps' runs); empty: every one took `step`.
+  std::vector<param_step_run> step_runs;
   std::string data_file;  ///< file name, in the checkpoint directory
   std::uint64_t data_bytes = 0;
   std::vector<std::uint64_t> subgroup_bytes;
@@ -64,6 +71,12 @@ struct checkpoint_manifest {
                         int(options.maximize));
     body += fmt::format("loss_scaling {}\nloss_scale {:a}\ngrowth_tracker {}\n", int(loss_scaling),
                         static_cast<double>(loss_scale), growth_tracker);
+    if (step_runs.empty()) {
+      body += fmt::format("step_runs 1\nrun 0 {}\n", step);
+    } else {
+      body += fmt::format("step_runs {}\n", step_runs.size());
+      for (const auto& r : step_runs) body += fmt::format("run {} {}\n", r.first, r.steps);
+    }
     body += fmt::format("data {}\ndata_bytes {}\n", data_file, data_bytes);
     for (std::size_t i = 0; i < checksums.size(); ++i)
       body += fmt::format("sg {} {} {:#018x}\n", i, subgroup_bytes[i], checksums[i]);
@@ -103,9 +116,10 @@ struct checkpoint_manifest {
         throw bad(fmt::format("expected '{}' at line {}, found '{}'", key, i, line));
       return line.substr(key.size() + 1);
     };
-    if (lines.empty() || (lines[0] != magic && lines[0] != magic_v1))
+    if (lines.empty() || (lines[0] != magic && lines[0] != magic_v2 && lines[0] != magic_v1))
       throw bad("not a strata offloaded_adamw checkpoint of a version this build reads (bad first line)");
     const bool v1 = lines[0] == magic_v1;
+    const bool v3 = lines[0] == magic;
     i = 1;
     m.step = parse_u64(next("step"), bad);
     m.params = parse_u64(next("params"), bad);
@@ -128,6 +142,21 @@ struct checkpoint_manifest {
         throw bad(fmt::format("bad loss scale {} or growth tracker {}", scale, tracker));
       m.loss_scale = static_cast<float>(scale);
       m.growth_tracker = static_cast<std::int64_t>(tracker);
+    }
+    if (v3) {
+      const std::uint64_t runs = parse_u64(next("step_runs"), bad);
+      if (runs == 0 || runs > m.params) throw bad(fmt::format("bad step_runs {}", runs));
+      for (std::uint64_t r = 0; r < runs; ++r) {
+        const auto rest = next("run");
+        const auto sp = rest.find(' ');
+        if (sp == std::string_view::npos) throw bad(fmt::format("bad run line '{}'", rest));
+        const param_step_run run{static_cast<std::size_t>(parse_u64(rest.substr(0, sp), bad)),
+                                 parse_u64(rest.substr(sp + 1), bad)};
+        if ((r == 0 && run.first != 0) || (r > 0 && run.first <= m.step_runs.back().first) || run.first >= m.params ||
+            run.steps > m.step)
+          throw bad(fmt::format("step run {} ('{}') out of order, past the parameters or past step {}", r, rest, m.step));
+        m.step_runs.push_back(run);
+      }
     }
     m.data_file = std::string(next("data"));
     m.data_bytes = parse_u64(next("data_bytes"), bad);

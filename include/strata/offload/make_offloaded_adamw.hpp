@@ -29,11 +29,14 @@
 #include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
 #include "strata/exec/host_executor.hpp"
+#include "strata/offload/gradient_ranges.hpp"
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offload_stats.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
 #include "strata/offload/presets.hpp"
 #include "strata/optim/adamw_state.hpp"
+#include "strata/optim/grad_norm.hpp"
+#include "strata/optim/param_steps.hpp"
 #include "strata/optim/step_rates.hpp"
 #include "strata/policy/placement.hpp"
 #include "strata/policy/update_site.hpp"
@@ -117,6 +120,18 @@ class any_offloaded_adamw {
   virtual void accept_gradients_at(std::size_t first, std::span<const float> grads) = 0;
   virtual void accept_gradients_at(std::size_t first, std::span<const bf16> grads) = 0;
   virtual void accept_gradients_at(std::size_t first, std::span<const fp16> grads) = 0;
+  /// One step over the gradients of some parameters, writing the updated weights into `model`
+  /// (offloaded_adamw::step with gradient ranges: parameters no range covers are left as they are).
+  virtual offload_step_stats step(std::span<const gradient_range<float>> grads, const step_rates& rates,
+                                  host_model_span model, const step_options& opts) = 0;
+  virtual offload_step_stats step(std::span<const gradient_range<bf16>> grads, const step_rates& rates,
+                                  host_model_span model, const step_options& opts) = 0;
+  virtual offload_step_stats step(std::span<const gradient_range<fp16>> grads, const step_rates& rates,
+                                  host_model_span model, const step_options& opts) = 0;
+  /// The squared norm and count of `grads`, unscaled (offloaded_adamw::gradient_stats).
+  [[nodiscard]] virtual grad_stats gradient_stats(std::span<const gradient_range<float>> grads) = 0;
+  [[nodiscard]] virtual grad_stats gradient_stats(std::span<const gradient_range<bf16>> grads) = 0;
+  [[nodiscard]] virtual grad_stats gradient_stats(std::span<const gradient_range<fp16>> grads) = 0;
   /// Drops the gradients handed over since the last step (offloaded_adamw::discard_gradients).
   virtual void discard_gradients() = 0;
   /// One step over the gradients handed to accept_gradients_at.
@@ -133,12 +148,21 @@ class any_offloaded_adamw {
   virtual void save(const std::filesystem::path& dir) = 0;
   /// Saves into a store (an object store's prefix; see offload/tier_checkpoint.hpp).
   virtual void save(any_tier& store) = 0;
+  /// Saves with `model` as the truth (offloaded_adamw::save with a model copy).
+  virtual void save(const std::filesystem::path& dir, host_model_span model) = 0;
+  virtual void save(any_tier& store, host_model_span model) = 0;
   virtual void flush() = 0;
   /// Removes the tier objects the optimizer created (see offloaded_adamw::remove_state).
   virtual std::size_t remove_state() = 0;
   [[nodiscard]] virtual std::uint64_t step_count() const = 0;
+  /// Steps each parameter has taken (offloaded_adamw::param_step_counts).
+  [[nodiscard]] virtual const param_steps& param_step_counts() const = 0;
   /// What to multiply the loss by before backward (offload.loss_scaling; 1 when off).
   [[nodiscard]] virtual float loss_scale() const = 0;
+  /// The loss scaler's clean steps in a row (with loss_scale(): what restore_loss_scale takes).
+  [[nodiscard]] virtual std::int64_t loss_growth_tracker() const = 0;
+  /// Sets the loss scale and growth tracker (offloaded_adamw::restore_loss_scale).
+  virtual void restore_loss_scale(float scale, std::int64_t growth_tracker) = 0;
   [[nodiscard]] virtual offload_stats stats() const = 0;
   [[nodiscard]] virtual std::size_t size() const = 0;
   [[nodiscard]] virtual std::string_view preset() const = 0;
@@ -274,6 +298,21 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
   offload_step_stats step(std::span<const fp16> g, const step_rates& r, host_model_span m) override {
     return std::visit([&](auto out) { return opt_->step(g, r, out); }, m);
   }
+  offload_step_stats step(std::span<const gradient_range<float>> g, const step_rates& r, host_model_span m,
+                          const step_options& o) override {
+    return std::visit([&](auto out) { return opt_->step(g, r, out, o); }, m);
+  }
+  offload_step_stats step(std::span<const gradient_range<bf16>> g, const step_rates& r, host_model_span m,
+                          const step_options& o) override {
+    return std::visit([&](auto out) { return opt_->step(g, r, out, o); }, m);
+  }
+  offload_step_stats step(std::span<const gradient_range<fp16>> g, const step_rates& r, host_model_span m,
+                          const step_options& o) override {
+    return std::visit([&](auto out) { return opt_->step(g, r, out, o); }, m);
+  }
+  grad_stats gradient_stats(std::span<const gradient_range<float>> g) override { return opt_->gradient_stats(g); }
+  grad_stats gradient_stats(std::span<const gradient_range<bf16>> g) override { return opt_->gradient_stats(g); }
+  grad_stats gradient_stats(std::span<const gradient_range<fp16>> g) override { return opt_->gradient_stats(g); }
   void accept_gradients_at(std::size_t first, std::span<const float> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const bf16> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const fp16> g) override { opt_->accept_gradients_at(first, g); }
@@ -309,16 +348,29 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
   void read_max_exp_avg_sq(std::span<float> out) override { opt_->read_max_exp_avg_sq(out); }
   void save(const std::filesystem::path& dir) override { opt_->save(dir); }
   void save(any_tier& store) override { opt_->save(store); }
+  void save(const std::filesystem::path& dir, host_model_span m) override {
+    std::visit([&](auto model) { opt_->save(dir, as_const(model)); }, m);
+  }
+  void save(any_tier& store, host_model_span m) override {
+    std::visit([&](auto model) { opt_->save(store, as_const(model)); }, m);
+  }
   void flush() override { opt_->flush(); }
   std::size_t remove_state() override { return opt_ ? opt_->remove_state() : 0; }
   [[nodiscard]] std::uint64_t step_count() const override { return opt_->step_count(); }
+  [[nodiscard]] const param_steps& param_step_counts() const override { return opt_->param_step_counts(); }
   [[nodiscard]] float loss_scale() const override { return opt_->loss_scale(); }
+  [[nodiscard]] std::int64_t loss_growth_tracker() const override { return opt_->loss_scaler().growth_tracker(); }
+  void restore_loss_scale(float scale, std::int64_t tracker) override { opt_->restore_loss_scale(scale, tracker); }
   [[nodiscard]] offload_stats stats() const override { return opt_->stats(); }
   [[nodiscard]] std::size_t size() const override { return opt_->size(); }
   [[nodiscard]] std::string_view preset() const override { return Preset::name; }
   [[nodiscard]] const offload_options& offload() const override { return opt_->offload(); }
 
  private:
+  template <class H>
+  static std::span<const H> as_const(std::span<H> s) noexcept {
+    return s;
+  }
   static std::unique_ptr<Exec> own_executor() {
     if constexpr (std::default_initializable<Exec>) {
       return std::make_unique<Exec>();

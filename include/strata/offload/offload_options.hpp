@@ -13,6 +13,7 @@
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/thread_pool.hpp"
+#include "strata/optim/grad_norm.hpp"
 #include "strata/optim/loss_scaler.hpp"
 #include "strata/tier/tier.hpp"
 
@@ -89,6 +90,21 @@ struct offload_options {
     STRATA_EXPECTS(ok, config_error, "offload_options: object_prefix '{}' (use 1-100 of [A-Za-z0-9._-])",
                    object_prefix);
   }
+};
+
+/// How one step over gradient ranges (offloaded_adamw::step with gradient_range spans) treats
+/// the model copy it is given and the clipping and loss-scaling decision.
+struct step_options {
+  /// The model copy given to the step is the truth, as a framework's parameters are between
+  /// steps: where an element differs from its master weight rounded to the copy's type (someone
+  /// wrote into the model since the last step: loaded weights, an initialisation, a clamp), the
+  /// master takes the copy's value (widened) before the update. Exact for an fp32 copy; a 16-bit
+  /// copy that holds the rounded master leaves the master's extra bits alone. Host updates only.
+  bool adopt_model = false;
+  /// The clip and skip decision for the whole model, made by the caller from every optimizer's
+  /// (or process's) gradient_stats; none: the optimizer decides from its own gradients when
+  /// clipping or loss scaling is on.
+  std::optional<step_decision> decision{};
 };
 
 }  // namespace strata

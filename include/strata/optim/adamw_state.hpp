@@ -12,6 +12,7 @@
 
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
+#include "strata/optim/param_steps.hpp"
 
 namespace strata {
 
@@ -22,6 +23,10 @@ struct adamw_state_view {
   std::span<const float> exp_avg_sq;      ///< second moment (v)
   std::span<const float> max_exp_avg_sq;  ///< running maximum of v (amsgrad)
   std::uint64_t step = 0;                 ///< steps already taken
+  /// Steps each parameter has taken when they differ (torch keeps one count per tensor, and a
+  /// tensor without a gradient in a step keeps its own): runs over the flat index (param_steps),
+  /// none above `step`; empty: every parameter has taken `step`.
+  std::span<const param_step_run> step_runs{};
 
   /// Throws config_error naming `who`, the array and the first bad index unless the state fits
   /// `params` parameters: each given array has one value per parameter, all finite, the second

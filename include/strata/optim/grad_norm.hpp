@@ -218,4 +218,15 @@ struct step_decision {
   return d;
 }
 
+/// Decides the step from the sum of squares of every unscaled gradient (added up by the caller
+/// over several optimizers or processes: offloaded_adamw::gradient_stats), as decide_step does
+/// from an accumulator.
+[[nodiscard]] inline step_decision decide_step(double sum_squares, std::optional<double> max_grad_norm = std::nullopt) {
+  step_decision d;
+  d.grad_norm = std::sqrt(sum_squares);
+  d.skip = !std::isfinite(d.grad_norm);
+  if (!d.skip && max_grad_norm) d.clip = clip_coefficient(d.grad_norm, *max_grad_norm);
+  return d;
+}
+
 }  // namespace strata

@@ -18,6 +18,7 @@
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/param_steps.hpp"
 
 namespace strata {
 
@@ -108,6 +109,27 @@ class step_constants {
       first_.push_back(r.first);
       k_.push_back(make_adamw_step_params(o, step, r.lr, grad_scale, clip));
     }
+  }
+
+  /// The constants of the next step for `rates` over `params`'s parameters, each piece with the
+  /// bias corrections of its own count (`steps` + 1): rates ranges and step runs cut the
+  /// parameters into pieces of one lr, weight decay and step each. Uniform rates and steps give
+  /// exactly the constants of the constructor above.
+  step_constants(const adamw_options& options, const step_rates& rates, const param_steps& steps, double grad_scale,
+                 double clip) {
+    STRATA_ASSERT(steps.params() > 0);
+    const auto add = [&](std::size_t first, std::size_t count, double lr, double wd) {
+      adamw_options o = options;
+      o.weight_decay = wd;
+      steps.for_each(first, count, [&](std::size_t at, std::size_t, std::uint64_t taken) {
+        first_.push_back(at);
+        k_.push_back(make_adamw_step_params(o, static_cast<std::int64_t>(taken) + 1, lr, grad_scale, clip));
+      });
+    };
+    if (rates.uniform())
+      add(0, steps.params(), rates.lr(), options.decay());
+    else
+      for (const param_range& r : rates.ranges()) add(r.first, r.count, r.lr, r.weight_decay);
   }
 
   /// Calls `f(offset, length, k)` for each piece of parameters [first, first + count) that lies

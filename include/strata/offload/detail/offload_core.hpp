@@ -43,6 +43,7 @@
 #include "strata/offload/checkpoint_manifest.hpp"
 #include "strata/offload/tier_checkpoint.hpp"
 #include "strata/offload/gradient_intake.hpp"
+#include "strata/offload/gradient_ranges.hpp"
 #include "strata/offload/offload_layout.hpp"
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offload_stats.hpp"
@@ -52,6 +53,7 @@
 #include "strata/optim/adamw_state.hpp"
 #include "strata/optim/grad_norm.hpp"
 #include "strata/optim/loss_scaler.hpp"
+#include "strata/optim/param_steps.hpp"
 #include "strata/optim/step_rates.hpp"
 #include "strata/pipeline/subgroup_pipeline.hpp"
 #include "strata/policy/any_eviction_policy.hpp"
@@ -108,6 +110,69 @@ class offload_core {
       for (std::size_t s = 0; s < layout_.subgroups(); ++s)
         norms.add(s, grad_stats_cpu(grads.subspan(begin(s), length(s)), scaler_.inv_scale(), s_->pool.get()));
     return run_step<G>(rates, model_copy<H>{model_out, {}, {}}, gradient_source<G>{grads, nullptr, &layout_}, norms);
+  }
+
+  /// One step over the gradients of some parameters (gradient_range: each range in the caller's
+  /// memory, e.g. one framework tensor's, valid until this returns), writing the updated weights
+  /// into `model_out` (size() elements, or empty). Parameters no range covers have no gradient
+  /// this step and are left exactly as they are: their state, their model weights and their step
+  /// counts (param_steps) do not change, and a subgroup no range touches is neither read nor
+  /// written, as torch.optim.AdamW skips a parameter whose .grad is None. `opts` may make the
+  /// model copy the truth (adopt_model) and give the clip/skip decision for the whole model.
+  /// With clipping or loss scaling on and no decision given, the norm is that of the covered
+  /// gradients. A retry of a failed step must give the same ranges (config_error otherwise).
+  template <gradient_type G, class H>
+    requires model_copy_type<H>
+  offload_step_stats step(std::span<const gradient_range<G>> grads, const step_rates& rates, std::span<H> model_out,
+                          const step_options& opts = {}) {
+    check_rates(rates);
+    check_model_out(model_out.size());
+    auto cover = gradient_coverage::of(grads, layout_.params, "offloaded_adamw::step");
+    STRATA_EXPECTS(!partial_ || !partial_ranges_ || cover == partial_cover_, config_error,
+                   "offloaded_adamw::step: retrying step {} with gradients of other parameters than it began with",
+                   step_count_ + 1);
+    STRATA_EXPECTS(!opts.adopt_model || !model_out.empty(), config_error,
+                   "offloaded_adamw::step: adopt_model needs a model copy");
+    STRATA_EXPECTS(!opts.adopt_model || !device_site_, config_error,
+                   "offloaded_adamw::step: adopt_model needs host updates (the update site may choose the device)");
+    grad_norm_accumulator norms;
+    if (tracks_norm() && !partial_ && !opts.decision)
+      for (std::size_t s = 0; s < layout_.subgroups(); ++s)
+        if (cover.touches(begin(s), begin(s) + length(s))) norms.add(s, range_stats(grads, begin(s), begin(s) + length(s)));
+    partial_cover_ = std::move(cover);
+    const model_copy<H> model{model_out, {}, {}};
+    if (layout_.tier_gradients) {
+      if (!partial_) {
+        s_->intake.reset();
+        for (const auto& r : grads) stage_gradients_to_tier(r.grads, r.first, /*track=*/false);
+      }
+      return run_step<float>(rates, model, tier_gradients(), norms, &partial_cover_, opts);
+    }
+    // Runs that cross ranges are gathered into one subgroup's worth of host memory (budgeted).
+    const std::size_t gather_bytes = layout_.max_length() * sizeof(G);
+    if (grads.size() > 1 && s_->gather.size() < gather_bytes)
+      s_->gather = s_->budget.allocate(gather_bytes, "the gradient gather buffer of a step over gradient ranges");
+    gradient_source<G> source{{}, nullptr, &layout_, grads, &s_->gather};
+    return run_step<G>(rates, model, source, norms, &partial_cover_, opts);
+  }
+
+  /// The squared norm of `grads` (unscaled by the current loss scale, as the step would see
+  /// them) and their count: what a caller adds up over several optimizers or processes to
+  /// decide one step for the whole model (decide_step, then step_options::decision).
+  template <gradient_type G>
+  [[nodiscard]] grad_stats gradient_stats(std::span<const gradient_range<G>> grads) {
+    (void)gradient_coverage::of(grads, layout_.params, "offloaded_adamw::gradient_stats");
+    return range_stats(grads, 0, layout_.params);
+  }
+
+  /// Sets the loss scaler's scale and growth tracker (another optimizer's, so that several
+  /// optimizers of one model scale alike). No-op when loss scaling is off; between steps.
+  void restore_loss_scale(float scale, std::int64_t growth_tracker) {
+    STRATA_EXPECTS(!partial_, config_error, "offloaded_adamw::restore_loss_scale: during a failed step");
+    STRATA_EXPECTS(std::isfinite(scale) && scale > 0 && growth_tracker >= 0, config_error,
+                   "offloaded_adamw::restore_loss_scale: scale {} / growth tracker {}", scale, growth_tracker);
+    scaler_.restore(scale, growth_tracker);
+    track_norm();
   }
 
   /// Hands over the gradients of subgroup `subgroup` (its full length) as backward produces them;
@@ -297,6 +362,25 @@ class offload_core {
     write_checkpoint(dir, std::move(m), layout_.subgroups(), [&](auto&& fn) { s_->pipeline.visit(fn); });
   }
 
+  /// save(dir), with `model` (size() elements, the copy steps write) as the truth: where it was
+  /// written since the last step (step_options::adopt_model), the checkpoint holds its values as
+  /// master weights, which the next step would adopt too. The running state is not changed.
+  template <class H>
+    requires model_copy_type<H>
+  void save(const std::filesystem::path& dir, std::span<const H> model) {
+    auto m = manifest_for_save();
+    trace_span span(tracer_, "offload.save");
+    write_checkpoint(dir, std::move(m), layout_.subgroups(), adopted_visit(model));
+  }
+  /// save(store) with `model` as the truth (see above).
+  template <class H>
+    requires model_copy_type<H>
+  void save(any_tier& store, std::span<const H> model) {
+    auto m = manifest_for_save();
+    trace_span span(tracer_, "offload.save");
+    write_checkpoint(store, std::move(m), layout_.subgroups(), adopted_visit(model));
+  }
+
   /// Writes a consistent checkpoint into `store`, a tier (an object_store_tier on a prefix of its
   /// own, say): one object per subgroup, then the manifest, then a pointer to it (see
   /// offload/tier_checkpoint.hpp). The previous checkpoint stays loadable until the pointer moved.
@@ -308,6 +392,9 @@ class offload_core {
 
   /// Steps completed (skipped steps not included).
   [[nodiscard]] std::uint64_t step_count() const noexcept { return step_count_; }
+  /// Steps each parameter has taken: step_count() for every one unless steps over gradient
+  /// ranges left some out (the bias corrections of a parameter's next update count its own).
+  [[nodiscard]] const param_steps& param_step_counts() const noexcept { return steps_; }
   /// What to multiply the loss by before backward (dynamic loss scaling; 1 when off).
   [[nodiscard]] float loss_scale() const noexcept { return scaler_.scale(); }
   /// The loss scaler (its options, scale and growth tracker).
@@ -362,6 +449,7 @@ class offload_core {
     std::unique_ptr<thread_pool> landing_worker;
     std::vector<std::future<void>> landing;
     host_buffer model_staging;  // host side of a model copy in device memory
+    host_buffer gather;         // a subgroup's gradients gathered from a step's ranges
 
     parts(any_tier t, Exec* exec, std::unique_ptr<Exec> owned, const offload_layout& layout,
           const offload_options& off, any_eviction_policy evict, any_update_site site, tracer* trace)
@@ -419,6 +507,8 @@ class offload_core {
     s_ = std::make_unique<parts>(std::move(tier), exec, std::move(owned), layout_, offload_, std::move(evict), std::move(site),
                                  trace);
     version_.assign(layout_.subgroups(), 0);
+    steps_ = param_steps(params);
+    device_site_ = device;
     track_norm();
     totals_.host_memory_budget = offload_.host_memory_budget;
   }
@@ -450,6 +540,7 @@ class offload_core {
     m.loss_scaling = scaler_.enabled();
     m.loss_scale = scaler_.scale();
     m.growth_tracker = scaler_.growth_tracker();
+    m.step_runs.assign(steps_.runs().begin(), steps_.runs().end());
     return m;
   }
 
@@ -480,6 +571,8 @@ class offload_core {
     write_initial_state([&](std::size_t s, std::span<std::byte> state) { reader.read(s, state); });
     step_count_ = m.step;
     std::fill(version_.begin(), version_.end(), m.step);
+    steps_ = m.step_runs.empty() ? param_steps(layout_.params, m.step)
+                                 : param_steps::from_runs(layout_.params, m.step_runs, "checkpoint");
     if (m.loss_scaling) scaler_.restore(m.loss_scale, m.growth_tracker);  // a no-op when scaling is off now
     track_norm();
   }
@@ -490,6 +583,13 @@ class offload_core {
   // existing.step steps.
   void initialize_from(std::span<const float> params, const adamw_state_view& existing) {
     existing.validate(layout_.params, options_.amsgrad, "offloaded_adamw");
+    // (validated before anything is written)
+    param_steps steps = existing.step_runs.empty()
+                            ? param_steps(layout_.params, existing.step)
+                            : param_steps::from_runs(layout_.params, existing.step_runs, "offloaded_adamw: step_runs");
+    STRATA_EXPECTS(steps.max() <= existing.step, config_error,
+                   "offloaded_adamw: a parameter has taken {} steps, more than the state's {}", steps.max(),
+                   existing.step);
     const std::span<const float> arrays[] = {params, existing.exp_avg, existing.exp_avg_sq, existing.max_exp_avg_sq};
     write_initial_state([&](std::size_t s, std::span<std::byte> state) {
       const std::size_t n = length(s);
@@ -503,6 +603,7 @@ class offload_core {
     });
     step_count_ = existing.step;
     std::fill(version_.begin(), version_.end(), existing.step);
+    steps_ = std::move(steps);
   }
 
   // Writes every subgroup's first state. Objects of our names that are there already are a
@@ -565,6 +666,23 @@ class offload_core {
                                        layout_.params, format_size(need), s_->pipeline.tier().name(), format_size(room),
                                        format_size(used), format_size(cap)),
                            need, room);
+  }
+
+  // A visit for write_checkpoint that hands each subgroup's state with its master weights
+  // following `model` (adopt_model_copy), copied: the running state stays as it is.
+  template <class H>
+  auto adopted_visit(std::span<const H> model) {
+    STRATA_EXPECTS(model.size() == layout_.params, config_error,
+                   "offloaded_adamw::save: model copy has {} elements for {} parameters", model.size(), layout_.params);
+    return [this, model](auto&& fn) {
+      std::vector<std::byte> copy;
+      s_->pipeline.visit([&](std::size_t s, std::span<const std::byte> state) {
+        copy.assign(state.begin(), state.end());
+        adopt_model_copy<H>(std::span<float>(reinterpret_cast<float*>(copy.data()), length(s)),
+                            model.subspan(begin(s), length(s)));
+        fn(s, std::span<const std::byte>(copy));
+      });
+    };
   }
 
   // Whether the gradients are summed before a step (clipping or loss scaling needs the norm).
@@ -647,12 +765,46 @@ class offload_core {
   // Where a step finds subgroup s's gradients: the caller's span of every parameter's, the
   // gradient store, or (fp32, read from the tier) the slot after the state. One type per gradient
   // type, so each (gradient, model copy) pair compiles the step once.
+  // (The caller's ranges are the fourth kind: a run [lo, hi) that crosses ranges is gathered
+  // into `gather`, one subgroup's worth, on the CPU worker; for_each hands the pieces as they are.)
   template <class G>
   struct gradient_source {
     std::span<const G> all{};
     const gradient_intake* store = nullptr;
     const offload_layout* layout = nullptr;
-    std::span<const G> operator()(std::size_t s, std::span<std::byte> slot) const {
+    std::span<const gradient_range<G>> ranges{};
+    host_buffer* gather = nullptr;
+
+    // The gradients of [lo, hi), a covered run of subgroup s (the CPU worker only).
+    std::span<const G> operator()(std::size_t s, std::span<std::byte> slot, std::size_t lo, std::size_t hi) const {
+      if (!ranges.empty()) {
+        const auto it = range_holding(lo);
+        if (it->first + it->grads.size() >= hi) return it->grads.subspan(lo - it->first, hi - lo);
+        G* out = reinterpret_cast<G*>(gather->data());
+        STRATA_ASSERT((hi - lo) * sizeof(G) <= gather->size());
+        for_each(s, slot, lo, hi, [&](std::size_t at, std::span<const G> g) {
+          std::memcpy(out + (at - lo), g.data(), g.size_bytes());
+        });
+        return {out, hi - lo};
+      }
+      return whole(s, slot).subspan(lo - layout->begin(s), hi - lo);
+    }
+    // Calls f(at, gradients of [at, at + n)) for contiguous pieces of [lo, hi) (any thread).
+    template <class F>
+    void for_each(std::size_t s, std::span<std::byte> slot, std::size_t lo, std::size_t hi, F&& f) const {
+      if (ranges.empty()) {
+        f(lo, (*this)(s, slot, lo, hi));
+        return;
+      }
+      for (auto it = range_holding(lo); lo < hi; ++it) {
+        const std::size_t end = std::min(hi, it->first + it->grads.size());
+        f(lo, it->grads.subspan(lo - it->first, end - lo));
+        lo = end;
+      }
+    }
+
+   private:
+    std::span<const G> whole(std::size_t s, std::span<std::byte> slot) const {
       if (store != nullptr) return store->template of<G>(s);
       if (!all.empty()) return all.subspan(layout->begin(s), layout->length(s));
       if constexpr (std::is_same_v<G, float>)
@@ -660,12 +812,33 @@ class offload_core {
       STRATA_ASSERT(false && "only fp32 gradients are read from the tier");
       return {};
     }
+    // The range holding parameter i (which a range covers).
+    typename std::span<const gradient_range<G>>::iterator range_holding(std::size_t i) const {
+      auto it = std::upper_bound(ranges.begin(), ranges.end(), i,
+                                 [](std::size_t v, const gradient_range<G>& r) { return v < r.first; });
+      STRATA_ASSERT(it != ranges.begin());
+      return std::prev(it);
+    }
   };
   template <class G>
   gradient_source<G> stored() {
     return {{}, &s_->intake, &layout_};
   }
   gradient_source<float> tier_gradients() { return {{}, nullptr, &layout_}; }
+
+  // The stats of the covered gradients of [lo, hi) (unscaled by the current loss scale).
+  template <class G>
+  grad_stats range_stats(std::span<const gradient_range<G>> grads, std::size_t lo, std::size_t hi) const {
+    grad_stats total;
+    for (const auto& r : grads) {
+      const std::size_t a = std::max(lo, r.first), b = std::min(hi, r.first + r.grads.size());
+      if (a >= b) continue;
+      const grad_stats g = grad_stats_cpu(r.grads.subspan(a - r.first, b - a), scaler_.inv_scale(), s_->pool.get());
+      total.sum_squares += g.sum_squares;
+      total.count += g.count;
+    }
+    return total;
+  }
   // What the pipeline calls when a subgroup's update committed: it is at the next step.
   struct count_version {
     std::vector<std::uint64_t>* version;
@@ -686,8 +859,9 @@ class offload_core {
 
   // Widens gradients [first, first + n) to fp32 and writes them to their subgroups' gradient
   // objects, through a free host slot used as scratch.
+  // Without `track` the norm is not summed here (the caller computed it from the ranges).
   template <class G>
-  void stage_gradients_to_tier(std::span<const G> grads, std::size_t first) {
+  void stage_gradients_to_tier(std::span<const G> grads, std::size_t first, bool track = true) {
     s_->pipeline.with_free_slot([&](std::span<std::byte> scratch) {
       float* buf = reinterpret_cast<float*>(scratch.data());
       s_->intake.for_each_piece(first, grads.size(), [&](std::size_t s, std::size_t lo, std::size_t hi) {
@@ -698,7 +872,7 @@ class offload_core {
             .get();
         totals_.gradient_bytes_written += bytes.size();
         s_->intake.count(lo, hi - lo);
-        s_->intake.add_to_norm(s, lo, std::span<const float>(buf, hi - lo));
+        if (track) s_->intake.add_to_norm(s, lo, std::span<const float>(buf, hi - lo));
       });
     });
   }
@@ -727,9 +901,11 @@ class offload_core {
   // `norms` holds every subgroup's gradient sums when tracks_norm() (a retried step reuses the
   // decision its first attempt made, so the subgroups updated then and now agree). Defined out of
   // the class (not inline), so that an extern template declaration suppresses it (see below).
+  // `cover`: the parameters with gradients (null: all); `opts`: see step_options.
   template <class G, class H>
   offload_step_stats run_step(const step_rates& rates, model_copy<H> model, gradient_source<G> grads_of,
-                              const grad_norm_accumulator& norms);
+                              const grad_norm_accumulator& norms, const gradient_coverage* cover = nullptr,
+                              const step_options& opts = {});
 
   adamw_options options_;
   offload_options offload_;
@@ -742,6 +918,10 @@ class offload_core {
   std::unique_ptr<parts> s_;
   std::vector<std::uint64_t> version_;  // steps applied to each subgroup
   std::uint64_t step_count_ = 0;
+  param_steps steps_;                   // steps each parameter has taken (torch's per-tensor count)
+  gradient_coverage partial_cover_;     // of the step in progress over gradient ranges
+  bool partial_ranges_ = false;         // the step in progress is one over gradient ranges
+  bool device_site_ = false;            // the update site may choose the device
   bool partial_ = false;
   bool removed_ = false;  // remove_state() ran
   step_rates partial_rates_{0.0};  // of the step in progress (a retry must repeat them)
@@ -751,32 +931,50 @@ class offload_core {
 template <executor Exec>
 template <class G, class H>
 offload_step_stats offload_core<Exec>::run_step(const step_rates& rates, model_copy<H> model, gradient_source<G> grads_of,
-                                               const grad_norm_accumulator& norms) {
+                                               const grad_norm_accumulator& norms, const gradient_coverage* cover,
+                                               const step_options& opts) {
+  STRATA_EXPECTS(!partial_ || partial_ranges_ == (cover != nullptr), config_error,
+                 "offloaded_adamw::step: retrying step {} {} gradient ranges, which it began {}", step_count_ + 1,
+                 cover != nullptr ? "with" : "without", partial_ranges_ ? "with" : "without");
   land_device_gradients();  // (no-op when none are in flight) before the intake may be reset
   trace_span step_span(tracer_, "offload.step");
   if (!partial_) {
     decision_ = step_decision{};
-    if (tracks_norm()) {
+    if (opts.decision) {
+      decision_ = *opts.decision;
+      STRATA_EXPECTS(decision_.skip || (decision_.clip >= 0 && decision_.clip <= 1), config_error,
+                     "offloaded_adamw::step: the decision's clip coefficient {} is not in [0, 1]", decision_.clip);
+    } else if (tracks_norm()) {
       STRATA_ASSERT(norms.subgroups() == layout_.subgroups());
       decision_ = decide_step(norms, offload_.max_grad_norm > 0 ? std::optional<double>(offload_.max_grad_norm)
                                                                 : std::nullopt);
     }
     if (decision_.skip) return skip_step(norms);
   }
-  step_constants k(options_, rates, static_cast<std::int64_t>(step_count_) + 1, scaler_.inv_scale(), decision_.clip);
+  step_constants k(options_, rates, steps_, scaler_.inv_scale(), decision_.clip);
   const std::size_t n = layout_.subgroups();
   const auto order = order_of(order_, step_count_, n);
   const auto next = order_of(order_, step_count_ + 1, n);
   check_permutation(order, n, step_count_, "offloaded_adamw");
+  const auto touched = [&](std::size_t s) { return cover == nullptr || cover->touches(begin(s), begin(s) + length(s)); };
   std::vector<std::size_t> todo;
   for (const std::size_t s : order)
-    if (version_[s] == step_count_) todo.push_back(s);
+    if (version_[s] == step_count_ && touched(s)) todo.push_back(s);
   partial_ = true;
+  partial_ranges_ = cover != nullptr;
   partial_rates_ = rates;
 
   adamw_subgroup_kernel<Exec, G, H, gradient_source<G>, count_version> kernel(
-      layout_, std::move(k), grads_of, model, s_->pool.get(), count_version{&version_}, s_->exec_ref);
+      layout_, std::move(k), grads_of, model, s_->pool.get(), count_version{&version_}, s_->exec_ref, cover,
+      opts.adopt_model);
   const pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);
+  if (cover == nullptr) {
+    steps_.advance_all();
+  } else {
+    for (std::size_t s = 0; s < n; ++s)
+      if (!touched(s)) ++version_[s];  // at the new step, untouched
+    for (const auto& [lo, hi] : cover->runs()) steps_.advance(lo, hi - lo);
+  }
   ++step_count_;
   partial_ = false;
   std::exception_ptr model_copy_failed;  // the step is complete either way
@@ -831,7 +1029,8 @@ namespace strata::detail {
 extern template class offload_core<host_executor<>>;
 #define STRATA_OFFLOAD_RUN_STEP(G, H)                                                                 \
   extern template offload_step_stats offload_core<host_executor<>>::run_step<G, H>(                   \
-      const step_rates&, model_copy<H>, offload_core<host_executor<>>::gradient_source<G>, const grad_norm_accumulator&);
+      const step_rates&, model_copy<H>, offload_core<host_executor<>>::gradient_source<G>, const grad_norm_accumulator&, \
+      const gradient_coverage*, const step_options&);
 STRATA_ADAMW_TYPE_PAIRS(STRATA_OFFLOAD_RUN_STEP)
 #undef STRATA_OFFLOAD_RUN_STEP
 }  // namespace strata::detail

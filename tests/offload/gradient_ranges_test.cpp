@@ -1,0 +1,471 @@
+// offloaded_adamw's step over gradient ranges: parameters without a gradient are left as
+// torch.optim.AdamW leaves a tensor whose .grad is None (state, model weights and step count),
+// each tensor keeps its own step count (param_steps, saved in checkpoints), untouched subgroups
+// cost no I/O, the model copy may be the truth the master weights follow, and several optimizers
+// (or processes) of one model can share one clip/skip decision.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/offload/checkpoint_manifest.hpp>
+#include <strata/offload/gradient_ranges.hpp>
+#include <strata/offload/make_offloaded_adamw.hpp>
+#include <strata/offload/offloaded_adamw.hpp>
+#include <strata/optim/param_steps.hpp>
+
+#include "offload_test_support.hpp"
+
+namespace gradient_ranges_test {
+
+namespace {
+
+using namespace strata_test;
+namespace fs = std::filesystem;
+using opt_t = strata::offloaded_adamw<strata::host_tier>;
+
+/// torch.optim.AdamW's semantics over named tensors: each tensor its own arrays and step count,
+/// updated with strata's kernel only in steps where it has a gradient.
+struct tensor_reference {
+  std::vector<std::size_t> bounds;  // tensor t is [bounds[t], bounds[t + 1])
+  std::vector<float> p, m, v;
+  std::vector<std::int64_t> steps;
+  strata::adamw_options o;
+
+  tensor_reference(std::vector<std::size_t> b, std::span<const float> init, strata::adamw_options opts)
+      : bounds(std::move(b)), p(init.begin(), init.end()), m(init.size(), 0.0f), v(init.size(), 0.0f),
+        steps(bounds.size() - 1, 0), o(opts) {}
+
+  [[nodiscard]] std::size_t tensors() const { return steps.size(); }
+  [[nodiscard]] std::size_t begin(std::size_t t) const { return bounds[t]; }
+  [[nodiscard]] std::size_t size(std::size_t t) const { return bounds[t + 1] - bounds[t]; }
+
+  template <class G, class H>
+  void step(const std::set<std::size_t>& with_grad, std::span<const G> g, double lr, std::span<H> model) {
+    for (const std::size_t t : with_grad) {
+      const auto k = strata::make_adamw_step_params(o, ++steps[t], lr);
+      const std::size_t b = begin(t), n = size(t);
+      strata::adamw_update_cpu<G, H>(std::span<float>(p).subspan(b, n), std::span<float>(m).subspan(b, n),
+                                     std::span<float>(v).subspan(b, n), {}, g.subspan(b, n),
+                                     model.empty() ? model : model.subspan(b, n), k);
+    }
+  }
+};
+
+template <class G>
+std::vector<strata::gradient_range<G>> ranges_of(const tensor_reference& ref, const std::set<std::size_t>& with_grad,
+                                                 std::span<const G> g) {
+  std::vector<strata::gradient_range<G>> r;
+  for (const std::size_t t : with_grad) r.push_back({ref.begin(t), g.subspan(ref.begin(t), ref.size(t))});
+  return r;
+}
+
+strata::offload_options options(std::size_t sg, std::size_t cache, std::size_t n, const strata::adamw_options& ao) {
+  strata::offload_options off;
+  off.subgroup_elems = sg;
+  off.threads = 2;
+  off.host_cache_bytes = strata::offload_layout::of(n, ao, off).cache_bytes(cache);
+  return off;
+}
+
+template <class Opt>
+void require_state(Opt& opt, const tensor_reference& ref) {
+  require_same_arrays(opt, ref.p, ref.m, ref.v);
+  for (std::size_t t = 0; t < ref.tensors(); ++t)
+    for (std::size_t i = ref.begin(t); i < ref.begin(t) + ref.size(t); i += 37)
+      REQUIRE(opt.param_step_counts().at(i) == static_cast<std::uint64_t>(ref.steps[t]));
+}
+
+// Tensors that cross subgroups of 200, one of a single parameter, and which have gradients when.
+const std::vector<std::size_t> bounds = {0, 130, 430, 431, 700, 1000};
+const std::vector<std::set<std::size_t>> schedule = {{0, 1, 2, 3, 4}, {0, 2, 4}, {1}, {0, 1, 2, 3, 4}, {3, 4}, {2}};
+
+}  // namespace
+
+TEST_CASE("a step over gradient ranges leaves parameters without a gradient as they are and gives each tensor its "
+          "own step count, bit for bit as torch's per-tensor AdamW") {
+  const std::size_t n = 1000;
+  strata::adamw_options ao;
+  ao.weight_decay = 0.05;
+  for (const std::size_t cache : {0, 2}) {
+    CAPTURE(cache);
+    const auto init = random_params(n, 3);
+    tensor_reference ref(bounds, init, ao);
+    strata::host_tier tier(strata::host_tier_options{.name = "ranges"});
+    opt_t opt(tier, init, ao, options(200, cache, n, ao));
+    std::vector<strata::bf16> model(n), ref_model(n);
+    for (std::size_t i = 0; i < n; ++i) model[i] = ref_model[i] = strata::bf16(init[i]);
+    for (std::size_t s = 0; s < schedule.size(); ++s) {
+      CAPTURE(s);
+      const auto g = random_grads<strata::bf16>(n, 40 + s);
+      const auto before = model;
+      const auto ranges = ranges_of<strata::bf16>(ref, schedule[s], g);
+      const auto st = opt.step(std::span<const strata::gradient_range<strata::bf16>>(ranges), 1e-2,
+                               std::span<strata::bf16>(model));
+      ref.step<strata::bf16, strata::bf16>(schedule[s], g, 1e-2, ref_model);
+      CHECK(st.step == s + 1);
+      require_state(opt, ref);
+      for (std::size_t i = 0; i < n; ++i) REQUIRE(same_bits(model[i], ref_model[i]));
+      // Tensors without a gradient keep their model weights as they were.
+      for (std::size_t t = 0; t < ref.tensors(); ++t)
+        if (!schedule[s].contains(t))
+          for (std::size_t i = ref.begin(t); i < ref.begin(t) + ref.size(t); ++i) REQUIRE(same_bits(model[i], before[i]));
+    }
+    CHECK(opt.step_count() == schedule.size());
+    CHECK_FALSE(opt.param_step_counts().uniform());
+  }
+}
+
+TEST_CASE("per-range rates and per-tensor step counts cut the update into pieces that each get their own constants") {
+  const std::size_t n = 1000;
+  strata::adamw_options ao;
+  const auto init = random_params(n, 4);
+  strata::host_tier tier(strata::host_tier_options{.name = "rates"});
+  opt_t opt(tier, init, ao, options(256, 1, n, ao));
+  // Two param groups cutting tensor 2|3 boundaries differently from the subgroups.
+  const strata::step_rates rates(std::vector<strata::param_range>{{0, 431, 1e-2, 0.1}, {431, 569, 5e-3, 0.0}});
+  tensor_reference lo({0, 130, 430, 431}, std::span<const float>(init).first(431), [&] {
+    auto o = ao;
+    o.weight_decay = 0.1;
+    return o;
+  }());
+  tensor_reference hi({0, 269, 569}, std::span<const float>(init).subspan(431), [&] {
+    auto o = ao;
+    o.weight_decay = 0.0;
+    return o;
+  }());
+  std::vector<float> model(init), ref_model(init);
+  for (std::size_t s = 0; s < schedule.size(); ++s) {
+    const auto g = random_grads<float>(n, 50 + s);
+    std::set<std::size_t> lo_t, hi_t;
+    for (const std::size_t t : schedule[s]) (t < 3 ? lo_t : hi_t).insert(t < 3 ? t : t - 3);
+    std::vector<strata::gradient_range<float>> ranges;
+    for (const std::size_t t : lo_t) ranges.push_back({lo.begin(t), std::span<const float>(g).subspan(lo.begin(t), lo.size(t))});
+    for (const std::size_t t : hi_t)
+      ranges.push_back({431 + hi.begin(t), std::span<const float>(g).subspan(431 + hi.begin(t), hi.size(t))});
+    opt.step(std::span<const strata::gradient_range<float>>(ranges), rates, std::span<float>(model));
+    lo.step<float, float>(lo_t, std::span<const float>(g).first(431), 1e-2, std::span<float>(ref_model).first(431));
+    hi.step<float, float>(hi_t, std::span<const float>(g).subspan(431), 5e-3, std::span<float>(ref_model).subspan(431));
+  }
+  std::vector<float> p(n);
+  opt.read_master(p);
+  std::vector<float> want(lo.p);
+  want.insert(want.end(), hi.p.begin(), hi.p.end());
+  CHECK(same_bits(p, want));
+  CHECK(same_bits(model, ref_model));
+}
+
+TEST_CASE("subgroups no gradient range touches are neither read nor written") {
+  const std::size_t n = 1000, sg = 200;  // 5 subgroups
+  strata::adamw_options ao;
+  const auto init = random_params(n, 5);
+  strata::host_tier tier(strata::host_tier_options{.name = "io"});
+  opt_t opt(tier, init, ao, options(sg, 0, n, ao));
+  const auto g = random_grads<float>(n, 6);
+  // Parameters in subgroups 1 and 3 only.
+  const std::vector<strata::gradient_range<float>> ranges = {{250, std::span<const float>(g).subspan(250, 20)},
+                                                             {700, std::span<const float>(g).subspan(700, 50)}};
+  std::vector<float> model(init);
+  const auto st = opt.step(std::span<const strata::gradient_range<float>>(ranges), 1e-3, std::span<float>(model));
+  CHECK(st.subgroups == 2);
+  CHECK(st.bytes_read == 2 * opt.layout().state_bytes(0));
+  CHECK(st.bytes_written == 2 * opt.layout().state_bytes(0));
+  // A step with no gradient at all touches nothing and still counts.
+  const auto none = opt.step(std::span<const strata::gradient_range<float>>(), 1e-3, std::span<float>(model));
+  CHECK(none.subgroups == 0);
+  CHECK(none.bytes_read == 0);
+  CHECK(opt.step_count() == 2);
+  CHECK(opt.param_step_counts().at(0) == 0);
+  CHECK(opt.param_step_counts().at(260) == 1);
+  CHECK(opt.param_step_counts().at(270) == 0);
+}
+
+TEST_CASE("per-parameter step counts survive a checkpoint, and the resumed run continues bit for bit") {
+  const std::size_t n = 1000;
+  strata::adamw_options ao;
+  const auto init = random_params(n, 7);
+  tensor_reference ref(bounds, init, ao);
+  strata::host_tier tier(strata::host_tier_options{.name = "ck"});
+  opt_t opt(tier, init, ao, options(200, 1, n, ao));
+  std::vector<float> model(init), ref_model(init);
+  const auto run = [&](auto& o, std::size_t s) {
+    const auto g = random_grads<float>(n, 60 + s);
+    const auto ranges = ranges_of<float>(ref, schedule[s], g);
+    o.step(std::span<const strata::gradient_range<float>>(ranges), 1e-2, std::span<float>(model));
+    ref.step<float, float>(schedule[s], g, 1e-2, ref_model);
+  };
+  for (std::size_t s = 0; s < 3; ++s) run(opt, s);
+  const fs::path dir = fs::temp_directory_path() / ("strata-ranges-ck-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  opt.save(dir);
+  const auto manifest = opt_t::load_manifest(dir);
+  CHECK(manifest.step_runs.size() > 1);
+  strata::host_tier tier2(strata::host_tier_options{.name = "ck2"});
+  auto resumed = opt_t::load(dir, tier2, options(200, 0, n, ao));
+  CHECK(resumed.param_step_counts() == opt.param_step_counts());
+  for (std::size_t s = 3; s < schedule.size(); ++s) run(resumed, s);
+  require_state(resumed, ref);
+  CHECK(same_bits(model, ref_model));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a manifest whose step runs are out of order, past the parameters or past the step is refused") {
+  strata::checkpoint_manifest m;
+  m.step = 5;
+  m.params = 100;
+  m.subgroup_elems = 100;
+  m.data_file = "state-5-00000000.bin";
+  m.data_bytes = 100 * 3 * 4;
+  m.subgroup_bytes = {m.data_bytes};
+  m.checksums = {0};
+  m.step_runs = {{0, 5}, {40, 3}};
+  const auto ok = strata::checkpoint_manifest::parse(m.to_text(), "ok");
+  CHECK(ok.step_runs == m.step_runs);
+  for (const auto& bad : std::vector<std::vector<strata::param_step_run>>{
+           {{10, 5}}, {{0, 5}, {40, 3}, {30, 1}}, {{0, 5}, {100, 1}}, {{0, 6}}}) {
+    m.step_runs = bad;
+    CHECK_THROWS_AS(strata::checkpoint_manifest::parse(m.to_text(), "bad"), strata::integrity_error);
+  }
+}
+
+TEST_CASE("with adopt_model the master weights follow a model copy written between steps, fp32 exactly, 16-bit as "
+          "the written value") {
+  const std::size_t n = 1000;
+  strata::adamw_options ao;
+  const auto init = random_params(n, 8);
+  SUBCASE("fp32") {
+    tensor_reference ref(bounds, init, ao);
+    strata::host_tier tier(strata::host_tier_options{.name = "f32"});
+    opt_t opt(tier, init, ao, options(200, 1, n, ao));
+    std::vector<float> model(init), ref_model(init);
+    const std::set<std::size_t> all = {0, 1, 2, 3, 4};
+    auto g = random_grads<float>(n, 80);
+    auto ranges = ranges_of<float>(ref, all, g);
+    opt.step(std::span<const strata::gradient_range<float>>(ranges), 1e-2, std::span<float>(model));
+    ref.step<float, float>(all, g, 1e-2, ref_model);
+    // Someone writes into the model (a load, a clamp), including a tensor that gets no gradient next.
+    for (const std::size_t i : {std::size_t{5}, std::size_t{140}, std::size_t{430}, std::size_t{999}}) {
+      model[i] = static_cast<float>(i) * 0.25f;
+      ref.p[i] = ref_model[i] = model[i];
+    }
+    const std::set<std::size_t> some = {0, 1, 4};
+    g = random_grads<float>(n, 81);
+    ranges = ranges_of<float>(ref, some, g);
+    strata::step_options adopt;
+    adopt.adopt_model = true;
+    opt.step(std::span<const strata::gradient_range<float>>(ranges), 1e-2, std::span<float>(model), adopt);
+    ref.step<float, float>(some, g, 1e-2, ref_model);
+    require_state(opt, ref);  // (parameter 430, without a gradient, took the written value too)
+    CHECK(same_bits(model, ref_model));
+  }
+  SUBCASE("bf16") {
+    strata::host_tier tier(strata::host_tier_options{.name = "b16"});
+    opt_t opt(tier, init, ao, options(200, 0, n, ao));
+    std::vector<strata::bf16> model(n);
+    const auto g = random_grads<strata::bf16>(n, 82);
+    const std::vector<strata::gradient_range<strata::bf16>> all = {{0, std::span<const strata::bf16>(g)}};
+    strata::step_options adopt;
+    adopt.adopt_model = true;
+    opt.step(std::span<const strata::gradient_range<strata::bf16>>(all), 1e-2, std::span<strata::bf16>(model));
+    std::vector<float> master(n);
+    opt.read_master(master);
+    model[10] = strata::bf16(2.5f);
+    // A master whose rounding the copy still holds keeps its extra bits.
+    REQUIRE(master[11] != static_cast<float>(model[11]));
+    // One gradient in subgroup 0: parameters 10 and 11 have none but their subgroup is updated.
+    const std::vector<strata::gradient_range<strata::bf16>> one = {{50, std::span<const strata::bf16>(g).subspan(50, 1)}};
+    opt.step(std::span<const strata::gradient_range<strata::bf16>>(one), 1e-2, std::span<strata::bf16>(model), adopt);
+    std::vector<float> after(n);
+    opt.read_master(after);
+    CHECK(after[10] == 2.5f);
+    CHECK(after[11] == master[11]);
+  }
+}
+
+TEST_CASE("a save with the model copy holds the weights written into it; the running state is unchanged") {
+  const std::size_t n = 600;
+  strata::adamw_options ao;
+  const auto init = random_params(n, 9);
+  strata::host_tier tier(strata::host_tier_options{.name = "save"});
+  opt_t opt(tier, init, ao, options(200, 1, n, ao));
+  std::vector<float> model(init);
+  const auto g = random_grads<float>(n, 90);
+  opt.step(std::span<const float>(g), 1e-3, std::span<float>(model));
+  std::vector<float> before(n);
+  opt.read_master(before);
+  model[3] = 7.0f;
+  model[450] = -7.0f;
+  const fs::path dir = fs::temp_directory_path() / ("strata-ranges-save-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  opt.save(dir, std::span<const float>(model));
+  std::vector<float> running(n);
+  opt.read_master(running);
+  CHECK(same_bits(running, before));
+  strata::host_tier tier2(strata::host_tier_options{.name = "save2"});
+  auto loaded = opt_t::load(dir, tier2, options(200, 0, n, ao));
+  std::vector<float> saved(n);
+  loaded.read_master(saved);
+  CHECK(same_bits(saved, model));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("optimizers over parts of one model share one clip decision from their gradient stats and step as one") {
+  const std::size_t n = 1000, half = 430;
+  strata::adamw_options ao;
+  const auto init = random_params(n, 10);
+  strata::offload_options clip = options(200, 0, n, ao);
+  clip.max_grad_norm = 0.05;
+  strata::host_tier whole_tier(strata::host_tier_options{.name = "whole"});
+  opt_t whole(whole_tier, init, ao, clip);
+  strata::host_tier a_tier(strata::host_tier_options{.name = "a"}), b_tier(strata::host_tier_options{.name = "b"});
+  opt_t a(a_tier, std::span<const float>(init).first(half), ao, options(200, 0, half, ao));
+  opt_t b(b_tier, std::span<const float>(init).subspan(half), ao, options(200, 0, n - half, ao));
+  for (int s = 0; s < 3; ++s) {
+    const auto g = random_grads<float>(n, 100 + static_cast<std::uint64_t>(s));
+    const std::vector<strata::gradient_range<float>> ga = {{0, std::span<const float>(g).first(half)}};
+    const std::vector<strata::gradient_range<float>> gb = {{0, std::span<const float>(g).subspan(half)}};
+    const auto sa = a.gradient_stats(std::span<const strata::gradient_range<float>>(ga));
+    const auto sb = b.gradient_stats(std::span<const strata::gradient_range<float>>(gb));
+    CHECK(sa.count + sb.count == n);
+    std::vector<float> wm(init), am(half), bm(n - half);
+    const auto ws = whole.step(std::span<const float>(g), 1e-2, std::span<float>(wm));
+    REQUIRE(ws.grad_norm.has_value());
+    CHECK(*ws.grad_norm == doctest::Approx(std::sqrt(sa.sum_squares + sb.sum_squares)).epsilon(1e-12));
+    CHECK(ws.clip < 1.0f);
+    strata::step_options opts;
+    opts.decision = strata::step_decision{false, *ws.grad_norm, ws.clip};
+    a.step(std::span<const strata::gradient_range<float>>(ga), 1e-2, std::span<float>(am), opts);
+    b.step(std::span<const strata::gradient_range<float>>(gb), 1e-2, std::span<float>(bm), opts);
+  }
+  std::vector<float> w(n), pa(half), pb(n - half);
+  whole.read_master(w);
+  a.read_master(pa);
+  b.read_master(pb);
+  CHECK(same_bits(std::span<const float>(w).first(half), pa));
+  CHECK(same_bits(std::span<const float>(w).subspan(half), pb));
+  // A decision to skip changes nothing and does not count.
+  const auto g = random_grads<float>(n, 200);
+  const std::vector<strata::gradient_range<float>> ga = {{0, std::span<const float>(g).first(half)}};
+  strata::step_options skip;
+  skip.decision = strata::step_decision{true, std::numeric_limits<double>::infinity(), 1.0f};
+  std::vector<float> am(half);
+  const auto st = a.step(std::span<const strata::gradient_range<float>>(ga), 1e-2, std::span<float>(am), skip);
+  CHECK(st.skipped);
+  CHECK(a.step_count() == 3);
+  std::vector<float> after(half);
+  a.read_master(after);
+  CHECK(same_bits(after, pa));
+}
+
+TEST_CASE("gradient ranges out of order, overlapping, empty or past the parameters are config errors naming the range") {
+  const std::size_t n = 300;
+  strata::adamw_options ao;
+  const auto init = random_params(n, 11);
+  strata::host_tier tier(strata::host_tier_options{.name = "bad"});
+  opt_t opt(tier, init, ao, options(100, 0, n, ao));
+  const auto g = random_grads<float>(n, 12);
+  const std::span<const float> gs(g);
+  std::vector<float> model(init);
+  const auto fails = [&](std::vector<strata::gradient_range<float>> r, const char* text) {
+    try {
+      opt.step(std::span<const strata::gradient_range<float>>(r), 1e-3, std::span<float>(model));
+      FAIL("no error");
+    } catch (const strata::config_error& e) {
+      CHECK(std::string(e.what()).find(text) != std::string::npos);
+    }
+  };
+  fails({{100, gs.subspan(100, 10)}, {0, gs.first(10)}}, "gradient range 1 [0, 10)");
+  fails({{0, gs.first(20)}, {10, gs.subspan(10, 5)}}, "not overlap");
+  fails({{0, gs.first(0)}}, "is empty");
+  fails({{290, gs.subspan(0, 20)}}, "passes the 300 parameters");
+  strata::step_options adopt;
+  adopt.adopt_model = true;
+  CHECK_THROWS_AS(opt.step(std::span<const strata::gradient_range<float>>(), 1e-3, std::span<float>(), adopt),
+                  strata::config_error);
+  CHECK(opt.step_count() == 0);
+}
+
+TEST_CASE("a failed step over gradient ranges retries bit for bit, and only with the same ranges") {
+  const std::size_t n = 1000;
+  strata::adamw_options ao;
+  const auto init = random_params(n, 13);
+  tensor_reference ref(bounds, init, ao);
+  strata::faulty<strata::host_tier> tier(strata::host_tier_options{.name = "flaky"});
+  strata::offloaded_adamw<strata::faulty<strata::host_tier>> opt(tier, init, ao, options(200, 0, n, ao));
+  std::vector<float> model(init), ref_model(init);
+  const auto g = random_grads<float>(n, 14);
+  const auto ranges = ranges_of<float>(ref, schedule[1], g);
+  tier.inject({.kind = strata::fault_kind::eio, .op = strata::fault_op::write, .object = {}, .after = 1, .times = 1});
+  CHECK_THROWS_AS(opt.step(std::span<const strata::gradient_range<float>>(ranges), 1e-2, std::span<float>(model)),
+                  strata::io_error);
+  const auto other = ranges_of<float>(ref, schedule[2], g);
+  CHECK_THROWS_AS(opt.step(std::span<const strata::gradient_range<float>>(other), 1e-2, std::span<float>(model)),
+                  strata::config_error);
+  CHECK_THROWS_AS(opt.step(std::span<const float>(g), 1e-2), strata::config_error);
+  tier.clear();
+  opt.step(std::span<const strata::gradient_range<float>>(ranges), 1e-2, std::span<float>(model));
+  ref.step<float, float>(schedule[1], g, 1e-2, ref_model);
+  require_state(opt, ref);
+  CHECK(opt.step_count() == 1);
+}
+
+TEST_CASE("the run-time optimizer steps over gradient ranges and starts from per-parameter step counts") {
+  const std::size_t n = 1000;
+  strata::adamw_options ao;
+  const auto init = random_params(n, 15);
+  tensor_reference ref(bounds, init, ao);
+  strata::offloaded_adamw_config c;
+  c.paths.resize(2);
+  c.paths[0].name = "a";
+  c.paths[1].name = "b";
+  c.offload.subgroup_elems = 200;
+  c.offload.threads = 2;
+  auto opt = strata::make_offloaded_adamw(c, init);
+  std::vector<strata::bf16> model(n), ref_model(n);
+  for (std::size_t s = 0; s < 3; ++s) {
+    const auto g = random_grads<strata::bf16>(n, 110 + s);
+    const auto ranges = ranges_of<strata::bf16>(ref, schedule[s], g);
+    opt->step(std::span<const strata::gradient_range<strata::bf16>>(ranges), 1e-2,
+              strata::host_model_span(std::span<strata::bf16>(model)), strata::step_options{});
+    ref.step<strata::bf16, strata::bf16>(schedule[s], g, 1e-2, ref_model);
+  }
+  require_state(*opt, ref);
+  // The same state handed to a new optimizer with its step runs continues identically.
+  const auto runs = opt->param_step_counts().runs();
+  const std::vector<strata::param_step_run> copy(runs.begin(), runs.end());
+  strata::adamw_state_view st{ref.m, ref.v, {}, opt->step_count(), copy};
+  auto again = strata::make_offloaded_adamw(c, ref.p, st);
+  CHECK(again->param_step_counts() == opt->param_step_counts());
+  st.step_runs = {};
+  std::vector<strata::param_step_run> too_many = {{0, 9}};
+  st.step_runs = too_many;
+  CHECK_THROWS_AS(strata::make_offloaded_adamw(c, ref.p, st), strata::config_error);
+}
+
+TEST_CASE("param_steps advances ranges and merges equal runs; bad runs are refused") {
+  strata::param_steps p(100, 2);
+  p.advance(10, 20);
+  p.advance(30, 10);
+  CHECK(p.runs().size() == 3);  // [0,10)=2 [10,40)=3 [40,100)=2
+  CHECK(p.at(9) == 2);
+  CHECK(p.at(10) == 3);
+  CHECK(p.at(39) == 3);
+  CHECK(p.at(40) == 2);
+  p.advance(0, 10);
+  p.advance(40, 60);
+  CHECK(p.uniform());
+  CHECK(p.at(99) == 3);
+  const std::vector<strata::param_step_run> bad = {{5, 1}};
+  CHECK_THROWS_AS(strata::param_steps::from_runs(100, bad, "t"), strata::config_error);
+  const std::vector<strata::param_step_run> unordered = {{0, 1}, {50, 2}, {50, 3}};
+  CHECK_THROWS_AS(strata::param_steps::from_runs(100, unordered, "t"), strata::config_error);
+}
+
+}  // namespace gradient_ranges_test
