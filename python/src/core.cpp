@@ -224,6 +224,7 @@ strata::offloaded_adamw_config config_of(nb::dict options) {
   o.object_prefix = take<std::string>(d, "object_prefix", o.object_prefix);
   c.verify_integrity = take<bool>(d, "integrity", c.verify_integrity);
   c.stripe_paths = take<bool>(d, "stripe_paths", c.stripe_paths);
+  c.scope_paths = take<bool>(d, "scope_paths", c.scope_paths);
   c.node_limiter_permits = take<std::size_t>(d, "node_limiter_permits", c.node_limiter_permits);
   if (d.size() != 0) config_fail(fmt::format("strata: unknown options {}", nb::cast<std::string>(nb::str(d.keys()))));
   return c;

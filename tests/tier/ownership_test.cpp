@@ -52,6 +52,43 @@ TEST_CASE("objects a run left are the next run's own: the journal names them, th
   CHECK_FALSE(b.remove("strata.sg-0"));
 }
 
+TEST_CASE("tiers of other scopes share a directory, each owning only its objects; a second owner of a scope is "
+          "refused") {
+  temp_dir dir;
+  auto scoped = [&](const std::string& scope) {
+    auto o = opts(dir.path());
+    o.scope = scope;
+    return o;
+  };
+  {
+    strata::file_tier a(scoped("opt-a"));
+    strata::file_tier b(scoped("opt-b"));
+    a.write("opt-a.sg-0", 0, data).get();
+    b.write("opt-b.sg-0", 0, data).get();
+    CHECK(fs::exists(dir / ".strata-lock.opt-a"));
+    CHECK(fs::exists(dir / ".strata-objects.opt-b"));
+    try {
+      strata::file_tier again(scoped("opt-a"));
+      FAIL("a second owner of scope opt-a was admitted");
+    } catch (const strata::busy_error& e) {
+      CHECK(std::string(e.what()).find("scope 'opt-a'") != std::string::npos);
+    }
+    // The other scope's object is foreign to this one: never written or removed.
+    CHECK_THROWS_AS(a.write("opt-b.sg-0", 0, data).get(), strata::foreign_file_error);
+    CHECK_THROWS_AS((void)a.remove("opt-b.sg-0"), strata::foreign_file_error);
+    CHECK(b.used() == data.size());
+  }  // (a killed run leaves objects and journals)
+  {
+    strata::file_tier a(scoped("opt-a"));  // reclaims only its own
+    CHECK(a.used() == data.size());
+    CHECK(a.remove("opt-a.sg-0"));
+    CHECK(fs::exists(dir / "opt-b.sg-0"));
+  }
+  CHECK_FALSE(fs::exists(dir / ".strata-lock.opt-a"));
+  CHECK_FALSE(fs::exists(dir / ".strata-objects.opt-a"));
+  CHECK_THROWS_AS(strata::file_tier(scoped("../x")), strata::config_error);
+}
+
 TEST_CASE("the journal goes with the last object: nothing of the tier is left in the directory") {
   temp_dir dir;
   {

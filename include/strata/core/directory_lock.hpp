@@ -11,6 +11,11 @@
 /// contenders who holds it (pid, owner, host); the holder removes it on release. Where the holder
 /// file is missing, the holder's pid comes from /proc/locks.
 ///
+/// A lock with a scope ("strata.r1") owns only that scope of the directory: several owners, each
+/// of another scope (optimizers with their own object prefixes, ranks of one job), share it,
+/// while a second owner of the same scope is refused as above. Its lock is the holder file
+/// ".strata-lock.<scope>" (flock'ed, re-checked after locking as below), never the directory.
+///
 /// File systems that cannot flock a directory (NFS turns flock into fcntl locks, which need a
 /// descriptor open for writing) lock the holder file instead, re-checked after locking so that
 /// two owners never both hold it. Where no flock works at all (Lustre without -o flock), the
@@ -41,6 +46,7 @@
 #include <fmt/format.h>
 
 #include "strata/core/error.hpp"
+#include "strata/core/expects.hpp"
 #include "strata/core/fs.hpp"
 #include "strata/core/node_dir.hpp"
 
@@ -95,9 +101,17 @@ class directory_lock {
   static constexpr std::string_view file_name = ".strata-lock";
 
   directory_lock() = default;
-  /// Locks `dir` (which must exist) for `owner` (a name shown to contenders).
-  directory_lock(const std::filesystem::path& dir, std::string_view owner)
-      : dir_(dir), path_(dir / file_name), owner_(owner) {
+  /// Locks `dir` (which must exist) for `owner` (a name shown to contenders); with a `scope`
+  /// (1-100 of [A-Za-z0-9._-]), only that scope of it (see the file comment).
+  directory_lock(const std::filesystem::path& dir, std::string_view owner, std::string_view scope = {})
+      : dir_(dir), path_(dir / file_name), owner_(owner), scope_(scope) {
+    if (!scope.empty()) {
+      STRATA_EXPECTS(valid_scope(scope), config_error, "directory_lock {}: scope '{}' (use 1-100 of [A-Za-z0-9._-])",
+                     dir.string(), scope);
+      path_ = dir / fmt::format("{}.{}", file_name, scope);
+      lock_holder_file();
+      return;
+    }
     dir_fd_ = open_file(dir, O_RDONLY | O_DIRECTORY);
     int rc;
     do rc = ::flock(dir_fd_.get(), LOCK_EX | LOCK_NB);
@@ -127,6 +141,7 @@ class directory_lock {
       dir_ = std::move(o.dir_);
       path_ = std::move(o.path_);
       owner_ = std::move(o.owner_);
+      scope_ = std::move(o.scope_);
       dir_fd_ = std::move(o.dir_fd_);
       file_fd_ = std::move(o.file_fd_);
       o.path_.clear();
@@ -141,6 +156,15 @@ class directory_lock {
   [[nodiscard]] bool held() const noexcept { return dir_fd_.get() >= 0 || file_fd_.get() >= 0; }
   /// The directory locked.
   [[nodiscard]] const std::filesystem::path& directory() const noexcept { return dir_; }
+
+  /// Whether `scope` may name a scope: 1-100 of [A-Za-z0-9._-].
+  [[nodiscard]] static bool valid_scope(std::string_view scope) noexcept {
+    bool ok = !scope.empty() && scope.size() <= 100;
+    for (char c : scope)
+      ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                  c == '-');
+    return ok;
+  }
 
  private:
   struct holder_info {
@@ -177,6 +201,12 @@ class directory_lock {
     if (::fstat(locked_fd, &st) == 0)
       if (const long p = detail::flock_holder(st); p > 0 && p != h.pid) h = holder_info{p, {}, {}, {}, 0};
     const bool same = h.pid == static_cast<long>(::getpid());
+    if (!scope_.empty())
+      throw busy_error(fmt::format("scope '{}' of directory {} is in use by {} (pid {}{}): each scope (object prefix) of "
+                                   "a directory belongs to one owner of one process at a time",
+                                   scope_, dir_.string(), h.owner.empty() ? std::string("another owner") : h.owner,
+                                   h.pid > 0 ? std::to_string(h.pid) : std::string("unknown"), same ? ", this process" : ""),
+                       h.pid);
     throw busy_error(fmt::format("directory {} is in use by {} (pid {}{}): each tier or checkpoint directory belongs "
                                  "to one owner of one process at a time",
                                  dir_.string(), h.owner.empty() ? std::string("another owner") : h.owner,
@@ -259,6 +289,7 @@ class directory_lock {
   std::filesystem::path dir_;
   std::filesystem::path path_;
   std::string owner_;
+  std::string scope_;
   unique_fd dir_fd_;   // flock'ed: the lock (when the file system can lock a directory)
   unique_fd file_fd_;  // the holder file (flock'ed where the directory cannot be)
 };

@@ -89,6 +89,10 @@ struct offloaded_adamw_config {
   bool stripe_paths = false;
   std::uint64_t stripe_bytes = std::uint64_t{1} << 20;  ///< stripe unit of stripe_paths
   std::filesystem::path node_limiter_dir{};  ///< empty: default_node_limiter_dir()
+  /// Own only the optimizer's object prefix of each directory path (file_tier_options::scope),
+  /// not the whole directory: several optimizers, of this process or of others (the ranks of a
+  /// job), then share a directory, each with its own offload.object_prefix.
+  bool scope_paths = false;
   tracer* trace = nullptr;
   /// Verify every byte read back from a path against an XXH3-64 checksum per block taken when it
   /// was written (checksummed<>), so a damaged state file is an integrity_error, never a wrong
@@ -198,18 +202,21 @@ namespace detail {
 
 using node_rw_limiter = rw_limiter<node_limiter>;
 
-inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter);
+inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter,
+                                  std::string_view scope = {});
 
 /// A path of the config, under checksummed<> when the config verifies integrity.
 inline any_tier make_verified_path(const offloaded_adamw_config& c, std::size_t index, const node_rw_limiter* limiter) {
-  any_tier path = make_offload_path(c.paths[index], index, limiter);
+  any_tier path = make_offload_path(c.paths[index], index, limiter,
+                                    c.scope_paths ? std::string_view(c.offload.object_prefix) : std::string_view());
   if (!c.verify_integrity) return path;
   return any_tier::make<checksummed<any_tier>>(checksum_options{.block_bytes = c.integrity_block_bytes}, std::move(path));
 }
 
 // The path's tier, then each layer the config asks for on top of it: a bandwidth cap
 // (throttled), the node-wide permit (limited).
-inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter) {
+inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter,
+                                  std::string_view scope) {
   const double rbw = p.read_bandwidth > 0 ? p.read_bandwidth : p.read_cap;
   const double wbw = p.write_bandwidth > 0 ? p.write_bandwidth : p.write_cap;
   any_tier path = [&] {
@@ -239,6 +246,7 @@ inline any_tier make_offload_path(const offload_path_config& p, std::size_t inde
     fo.read_bandwidth = rbw;
     fo.write_bandwidth = wbw;
     fo.adopt_existing = p.adopt_existing;
+    fo.scope = std::string(scope);
     return any_tier::make<file_tier>(fo);
   }();
   if (p.read_cap > 0 || p.write_cap > 0)

@@ -95,6 +95,11 @@ struct file_tier_options {
   /// process, is a busy_error naming the holder's pid). Off only for a directory that other
   /// code coordinates itself.
   bool lock_directory = true;
+  /// Own only this scope of the directory (directory_lock's scope, e.g. the object prefix of
+  /// the optimizer using it): tiers of other scopes, in this process or others, share the
+  /// directory, each with its lock ".strata-lock.<scope>" and journal ".strata-objects.<scope>",
+  /// and the files another scope made are foreign to this one. Empty: the whole directory.
+  std::string scope{};
   /// Take files already in the directory that no journal of strata's names (another job's
   /// objects, files copied in by hand) as this tier's own, to be overwritten and removed like
   /// objects it wrote. Off: writing or removing one is a foreign_file_error naming it.
@@ -116,6 +121,8 @@ class file_tier {
   explicit file_tier(file_tier_options o) : opts_(std::move(o)) {
     if (opts_.name.empty()) opts_.name = opts_.directory.string();
     STRATA_EXPECTS(!opts_.directory.empty(), config_error, "file_tier: no directory given");
+    STRATA_EXPECTS(opts_.scope.empty() || directory_lock::valid_scope(opts_.scope), config_error,
+                   "file_tier '{}': scope '{}' (use 1-100 of [A-Za-z0-9._-])", opts_.name, opts_.scope);
     STRATA_EXPECTS(opts_.chunk_bytes % block == 0 && opts_.chunk_bytes > 0, config_error,
                    "file_tier '{}': chunk_bytes {} is not a positive multiple of {}", opts_.name, opts_.chunk_bytes,
                    block);
@@ -124,8 +131,9 @@ class file_tier {
     if (ec) throw io_error("mkdir", opts_.directory, ec.value());
     if (::access(opts_.directory.c_str(), R_OK | W_OK | X_OK) != 0) throw io_error("access", opts_.directory, errno);
     // Two tiers on one directory (two processes, or two optimizers) would corrupt each other.
-    if (opts_.lock_directory) lock_ = directory_lock(opts_.directory, fmt::format("file_tier '{}'", opts_.name));
-    journal_ = detail::object_journal(opts_.directory);
+    if (opts_.lock_directory)
+      lock_ = directory_lock(opts_.directory, fmt::format("file_tier '{}'", opts_.name), opts_.scope);
+    journal_ = detail::object_journal(opts_.directory, opts_.scope);
     direct_ = opts_.direct && probe_direct_io();
     scan_existing();
     engine_ = make_engine();

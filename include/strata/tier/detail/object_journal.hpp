@@ -37,8 +37,10 @@ class object_journal {
   using names = std::set<std::string, std::less<>>;
 
   object_journal() = default;
-  /// Opens (creating it) the journal of `dir`; recorded() then says which names it holds.
-  explicit object_journal(const std::filesystem::path& dir) : path_(dir / file_name) {
+  /// Opens (creating it) the journal of `dir` (of one `scope` of it: ".strata-objects.<scope>",
+  /// see directory_lock); recorded() then says which names it holds.
+  explicit object_journal(const std::filesystem::path& dir, std::string_view scope = {})
+      : path_(scope.empty() ? dir / file_name : dir / fmt::format("{}.{}", file_name, scope)) {
     fd_ = open_own_file(path_, O_RDWR | O_CREAT | O_APPEND, 0644);
     const std::string text = read_all();
     if (text.empty()) append(std::string(header));
