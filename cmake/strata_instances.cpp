@@ -37,7 +37,7 @@ namespace strata::detail {
 template class offload_core<host_executor<>>;
 #define STRATA_OFFLOAD_RUN_STEP(G, H)                                                          \
   template offload_step_stats offload_core<host_executor<>>::run_step<G, H>(                   \
-      const step_rates&, model_copy<H>, offload_core<host_executor<>>::gradient_source<G>, const grad_norm_accumulator&, \
+      const step_rates&, model_copy<H>, offload_core<host_executor<>>::piece_source<G, H>, const grad_norm_accumulator&, \
       const gradient_coverage*, const step_options&);
 STRATA_ADAMW_TYPE_PAIRS(STRATA_OFFLOAD_RUN_STEP)
 #undef STRATA_OFFLOAD_RUN_STEP

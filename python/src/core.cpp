@@ -329,7 +329,11 @@ std::vector<strata::param_step_run> step_runs_of(nb::handle h) {
 std::unique_ptr<optimizer> create(const array& params, nb::handle exp_avg, nb::handle exp_avg_sq,
                                   nb::handle max_exp_avg_sq, std::uint64_t step, nb::handle step_runs, nb::kwargs kw) {
   const auto c = config_of(nb::dict(kw));
-  const auto p = floats(params, "params");
+  check_flat(params, "params");
+  const auto k = kind_of(params, "params");
+  const strata::host_weights p = k == dtype_kind::f32    ? strata::host_weights(span_of<const float>(params))
+                                      : k == dtype_kind::bf16 ? strata::host_weights(span_of<const strata::bf16>(params))
+                                                              : strata::host_weights(span_of<const strata::fp16>(params));
   const auto m = optional_array(exp_avg);
   const auto v = optional_array(exp_avg_sq);
   const auto vmax = optional_array(max_exp_avg_sq);
@@ -391,43 +395,63 @@ nb::dict step(optimizer& self, nb::handle rates_in, nb::handle grads_in, nb::han
   return step_stats_of(st);
 }
 
-// Gradient ranges [(first, array), ...], every array of one dtype, as spans of type G.
-template <class G>
-std::vector<strata::gradient_range<G>> ranges_as(const std::vector<std::pair<std::size_t, array>>& in) {
-  std::vector<strata::gradient_range<G>> out;
-  out.reserve(in.size());
-  for (const auto& [first, a] : in) out.push_back({first, span_of<const G>(a)});
+// A step's tensors, [(first, count, grad or None, weights or None), ...], every array host,
+// contiguous and of one floating dtype.
+struct tensor_list {
+  struct item {
+    std::size_t first, count;
+    std::optional<array> grad, model;
+  };
+  std::vector<item> items;
+  dtype_kind kind = dtype_kind::f32;
+};
+
+tensor_list tensors_of(nb::handle list) {
+  tensor_list out;
+  std::optional<dtype_kind> kind;
+  const auto take_array = [&](nb::handle h, const char* what) -> std::optional<array> {
+    if (h.is_none()) return std::nullopt;
+    auto a = nb::cast<array>(h, false);
+    check_flat(a, what);
+    const dtype_kind k = kind_of(a, what);
+    if (kind && *kind != k) config_fail("strata: the tensors of one step must share one dtype");
+    kind = k;
+    return a;
+  };
+  for (nb::handle h : list) {
+    auto t = nb::cast<nb::tuple>(h);
+    if (t.size() != 4) config_fail("strata: a tensor is (first parameter, count, gradients or None, weights or None)");
+    out.items.push_back({nb::cast<std::size_t>(t[0]), nb::cast<std::size_t>(t[1]), take_array(t[2], "a gradient"),
+                         take_array(t[3], "a tensor's weights")});
+  }
+  out.kind = kind.value_or(dtype_kind::f32);
   return out;
 }
 
-// Calls fn(ranges) with the ranges as gradient_range<G> of their dtype (checked: host,
-// contiguous, one floating dtype for all).
+// Calls fn(std::vector<param_tensor<T, T>>) with the list's arrays as spans of their dtype.
 template <class F>
-auto with_ranges(nb::handle grads_in, F&& fn) {
-  std::vector<std::pair<std::size_t, array>> in;
-  std::optional<dtype_kind> kind;
-  for (nb::handle h : grads_in) {
-    auto t = nb::cast<nb::tuple>(h);
-    if (t.size() != 2) config_fail("strata: a gradient range is (first parameter, gradients)");
-    auto a = nb::cast<array>(t[1], false);
-    check_flat(a, "a gradient range");
-    const dtype_kind k = kind_of(a, "a gradient range");
-    if (kind && *kind != k) config_fail("strata: the gradient ranges of one step must share one dtype");
-    kind = k;
-    in.emplace_back(nb::cast<std::size_t>(t[0]), std::move(a));
-  }
-  switch (kind.value_or(dtype_kind::f32)) {
-    case dtype_kind::f32: return fn(ranges_as<float>(in));
-    case dtype_kind::bf16: return fn(ranges_as<strata::bf16>(in));
+auto with_tensors(const tensor_list& list, F&& fn) {
+  const auto as = [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<strata::param_tensor<T, T>> v;
+    v.reserve(list.items.size());
+    for (const auto& i : list.items)
+      v.push_back({i.first, i.count, i.grad ? span_of<const T>(*i.grad) : std::span<const T>(),
+                   i.model ? span_of<T>(*i.model) : std::span<T>()});
+    return fn(std::span<const strata::param_tensor<T, T>>(v));
+  };
+  switch (list.kind) {
+    case dtype_kind::f32: return as(float{});
+    case dtype_kind::bf16: return as(strata::bf16{});
     case dtype_kind::f16: break;
   }
-  return fn(ranges_as<strata::fp16>(in));
+  return as(strata::fp16{});
 }
 
-nb::dict step_ranges(optimizer& self, nb::handle rates_in, nb::handle grads_in, const array& model_in, bool adopt_model,
-                     nb::handle decision_in) {
+nb::dict step_tensors(optimizer& self, nb::handle rates_in, nb::handle tensors_in, bool adopt_model,
+                      nb::handle decision_in) {
   const auto rates = rates_of(rates_in);
-  const auto model = model_span(model_in);
+  const auto list = tensors_of(tensors_in);
   strata::step_options opts;
   opts.adopt_model = adopt_model;
   if (!decision_in.is_none()) {
@@ -437,19 +461,20 @@ nb::dict step_ranges(optimizer& self, nb::handle rates_in, nb::handle grads_in, 
   }
   auto& o = self.get();
   strata::offload_step_stats st;
-  with_ranges(grads_in, [&](const auto& ranges) {
+  with_tensors(list, [&](auto tensors) {
     nb::gil_scoped_release unlocked;
-    st = o.step(std::span(ranges), rates, model, opts);
+    st = o.step(tensors, rates, opts);
   });
   return step_stats_of(st);
 }
 
-nb::tuple gradient_stats(optimizer& self, nb::handle grads_in) {
+nb::tuple gradient_stats(optimizer& self, nb::handle tensors_in) {
+  const auto list = tensors_of(tensors_in);
   auto& o = self.get();
   strata::grad_stats g;
-  with_ranges(grads_in, [&](const auto& ranges) {
+  with_tensors(list, [&](auto tensors) {
     nb::gil_scoped_release unlocked;
-    g = o.gradient_stats(std::span(ranges));
+    g = o.gradient_stats(tensors);
   });
   return nb::make_tuple(g.sum_squares, g.count);
 }
@@ -484,6 +509,16 @@ NB_MODULE(_core, m) {
   nb::register_exception_translator(translate);
 
   m.def(
+      "decide_step",
+      [](double sum_squares, nb::handle max_grad_norm) {
+        const auto d = strata::decide_step(
+            sum_squares, max_grad_norm.is_none() ? std::nullopt : std::optional<double>(nb::cast<double>(max_grad_norm)));
+        return nb::make_tuple(d.skip, d.grad_norm, d.clip);
+      },
+      "sum_squares"_a, "max_grad_norm"_a = nb::none(),
+      "(skip, grad_norm, clip) of a step whose gradients' squares add up to sum_squares (strata's own rule).");
+
+  m.def(
       "verify_checkpoint",
       [](const std::string& dir) {
         std::uint64_t step = 0;
@@ -513,7 +548,7 @@ NB_MODULE(_core, m) {
                         "strata's offloaded AdamW over flat fp32 parameters (the state lives on the paths).")
       .def_static("create", &create, "params"_a, "exp_avg"_a = nb::none(), "exp_avg_sq"_a = nb::none(),
                   "max_exp_avg_sq"_a = nb::none(), "step"_a = 0, "step_runs"_a = nb::none(), "options"_a,
-                  "Builds the optimizer from fp32 parameters (and, optionally, existing AdamW moments and step, "
+                  "Builds the optimizer from fp32, bf16 or fp16 weights (and, optionally, existing AdamW moments and step, "
                   "with step_runs [(first, steps), ...] when the parameters' step counts differ).")
       .def_static("load", &load, "directory"_a, "options"_a, "Restores the checkpoint in `directory` onto the paths.")
       .def("accept_gradients", &accept_gradients, "first"_a, "grads"_a,
@@ -527,14 +562,13 @@ NB_MODULE(_core, m) {
       .def("step", &step, "rates"_a, "grads"_a = nb::none(), "model"_a = nb::none(),
            "One step: `rates` is a learning rate or a list of (first, count, lr, weight_decay); `grads` all "
            "gradients (or None: those handed over); `model` receives the updated weights in its own dtype.")
-      .def("step_ranges", &step_ranges, "rates"_a, "grads"_a, "model"_a, "adopt_model"_a = true,
-           "decision"_a = nb::none(),
-           "One step over gradient ranges [(first, array), ...] (ascending, disjoint, one dtype): parameters no "
-           "range covers are left as they are. `model` (every parameter, its own dtype) receives the updated "
-           "weights; with adopt_model it is also the truth the master weights follow where it was written. "
-           "`decision` (skip, grad_norm, clip) is the whole model's, from gradient_stats.")
-      .def("gradient_stats", &gradient_stats, "grads"_a,
-           "(sum of squares, count) of gradient ranges, unscaled by the loss scale.")
+      .def("step_tensors", &step_tensors, "rates"_a, "tensors"_a, "adopt_model"_a = true, "decision"_a = nb::none(),
+           "One step over tensors [(first, count, grad or None, weights or None), ...] (ascending, disjoint, one "
+           "dtype): each tensor's weights are updated in place; tensors without a gradient are left as they are. "
+           "With adopt_model the weights are also the truth the master weights follow where they were written. "
+           "`decision` (skip, grad_norm, clip) is the whole model's, from gradient_stats and decide_step.")
+      .def("gradient_stats", &gradient_stats, "tensors"_a,
+           "(sum of squares, count) of the tensors' gradients, unscaled by the loss scale.")
       .def("restore_loss_scale",
            [](optimizer& self, float scale, std::int64_t tracker) { self.get().restore_loss_scale(scale, tracker); })
       .def_prop_ro("loss_growth_tracker", [](optimizer& self) { return self.get().loss_growth_tracker(); })
@@ -570,19 +604,22 @@ NB_MODULE(_core, m) {
            })
       .def(
           "save",
-          [](optimizer& self, const std::string& dir, nb::handle model_in) {
+          [](optimizer& self, const std::string& dir, nb::handle tensors_in) {
             auto& o = self.get();
-            const auto model = optional_array(model_in);
-            std::optional<strata::host_model_span> copy;
-            if (model) copy = model_span(*model);
-            nb::gil_scoped_release unlocked;
-            if (copy)
-              o.save(dir, *copy);
-            else
+            if (tensors_in.is_none()) {
+              nb::gil_scoped_release unlocked;
               o.save(dir);
+              return;
+            }
+            const auto list = tensors_of(tensors_in);
+            with_tensors(list, [&](auto tensors) {
+              nb::gil_scoped_release unlocked;
+              o.save(std::filesystem::path(dir), tensors);
+            });
           },
-          "directory"_a, "model"_a = nb::none(),
-          "Writes a checkpoint; with `model`, its master weights follow the model where it was written.")
+          "directory"_a, "tensors"_a = nb::none(),
+          "Writes a checkpoint; with `tensors` (as step_tensors), its master weights follow their weights where "
+          "they were written.")
       .def("flush",
            [](optimizer& self) {
              auto& o = self.get();

@@ -29,7 +29,6 @@
 #include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
 #include "strata/offload/adamw_device.hpp"
-#include "strata/offload/gradient_ranges.hpp"
 #include "strata/offload/offload_layout.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
@@ -83,51 +82,51 @@ std::size_t adopt_model_copy(std::span<float> master, std::span<const H> model) 
   return adopted;
 }
 
-/// `GradsOf(s, host slot, lo, hi) -> std::span<const G>`: the gradients of parameters [lo, hi)
-/// (a run of subgroup s that the step's coverage holds) in host memory (a span of the caller's,
-/// of the gradient store, of the slot's side data, or gathered from the caller's ranges).
-/// `Commit(s)`: called when subgroup s's update committed.
-template <executor Exec, gradient_type G, class H, class GradsOf, class Commit>
+/// `Pieces::for_each(s, host slot, f)` calls f(lo, hi, grads, model) for the parts [lo, hi) of
+/// subgroup s in order: `grads` their gradients in host memory (a span of the caller's, of the
+/// gradient store, or of the slot's side data; empty: no gradient this step, the part is left
+/// as it is) and `model` their weights when they live apart from the kernel's model copy (a
+/// framework tensor's own; empty: the part of the model copy, if any). Parameters no part
+/// covers are left as they are. `Pieces::has_own_weights()`: whether pieces bring weights of their
+/// own. `Commit(s)`: called when subgroup s's update committed.
+template <executor Exec, gradient_type G, class H, class Pieces, class Commit>
   requires model_copy_type<H>
 class adamw_subgroup_kernel {
  public:
-  /// `exec` is needed only for a model copy in device memory.
-  /// `cover`: the parameters that have gradients this step (null: all; must outlive the
-  /// kernel); the others are left as they are. `adopt_model`: the host model copy is read first
-  /// and the master follows it where it was written (adopt_model_copy; host updates only).
-  adamw_subgroup_kernel(const offload_layout& layout, step_constants k, GradsOf grads_of,
-                        model_copy<H> model, thread_pool* pool, Commit commit, Exec* exec = nullptr,
-                        const gradient_coverage* cover = nullptr, bool adopt_model = false)
+  /// `exec` is needed only for a model copy in device memory. `adopt_model`: the host weights
+  /// are read first and the master follows them where they were written (adopt_model_copy;
+  /// host updates only).
+  adamw_subgroup_kernel(const offload_layout& layout, step_constants k, Pieces pieces, model_copy<H> model,
+                        thread_pool* pool, Commit commit, Exec* exec = nullptr, bool adopt_model = false)
       : layout_(layout),
         k_(std::move(k)),
-        grads_of_(std::move(grads_of)),
+        pieces_(std::move(pieces)),
         model_(model),
         pool_(pool),
         commit_(std::move(commit)),
         exec_(exec),
-        cover_(cover),
         adopt_(adopt_model),
         on_host_(model.device.empty() ? 0 : layout.subgroups(), 0) {
     STRATA_EXPECTS(model_.device.empty() || (exec_ != nullptr && model_.staging.size() == model_.device.size()),
                    config_error, "adamw_subgroup_kernel: a model copy in device memory needs the executor and staging");
-    STRATA_EXPECTS(!adopt_ || (!model_.host.empty() && model_.device.empty()), config_error,
-                   "adamw_subgroup_kernel: adopting the model copy needs one in host memory");
+    STRATA_EXPECTS(!adopt_ || model_.device.empty(), config_error,
+                   "adamw_subgroup_kernel: adopting the model needs its weights in host memory");
   }
 
   void host(std::size_t s, std::span<std::byte> slot) {
     const std::size_t n = layout_.length(s);
     const std::size_t base = layout_.begin(s);
     float* st = reinterpret_cast<float*>(slot.data());
-    const std::span<H> model = model_of(s);
-    if (adopt_) adopt_model_copy<H>(std::span<float>(st, n), model);
-    for_each_run(s, [&](std::size_t lo, std::size_t hi) {
-      const std::span<const G> grads = grads_of_(s, slot, lo, hi);
+    pieces_.for_each(s, slot, [&](std::size_t lo, std::size_t hi, std::span<const G> grads, std::span<H> own) {
+      const std::span<H> model = weights(s, lo, hi, own);
+      if (adopt_ && !model.empty()) adopt_model_copy<H>(std::span<float>(st + (lo - base), hi - lo), model);
+      if (grads.empty()) return;
       k_.for_each_piece(lo, hi - lo, [&](std::size_t off, std::size_t len, const adamw_step_params& k) {
         const std::size_t at = lo - base + off;
         adamw_update_cpu<G, H>(std::span<float>(st + at, len), std::span<float>(st + n + at, len),
                                std::span<float>(st + 2 * n + at, len),
                                layout_.sections == 4 ? std::span<float>(st + 3 * n + at, len) : std::span<float>(),
-                               grads.subspan(off, len), model.empty() ? model : model.subspan(at, len), k, pool_);
+                               grads.subspan(off, len), model.empty() ? model : model.subspan(off, len), k, pool_);
       });
     });
     if (!on_host_.empty()) on_host_[s] = 1;  // read by committed(), which the pipeline calls after this returns
@@ -146,9 +145,8 @@ class adamw_subgroup_kernel {
   void device_in(std::size_t s, std::span<std::byte> slot, std::span<std::byte> device, S& h2d) {
     const std::size_t base = layout_.begin(s);
     const auto to = device.subspan(static_cast<std::size_t>(layout_.device_gradient_offset()));
-    for_each_run(s, [&](std::size_t lo, std::size_t hi) {
-      const auto g = std::as_bytes(grads_of_(s, slot, lo, hi));
-      h2d.copy_to_device(to.subspan((lo - base) * sizeof(G), g.size()), g);
+    pieces_.for_each(s, slot, [&](std::size_t lo, std::size_t, std::span<const G> grads, std::span<H>) {
+      if (!grads.empty()) h2d.copy_to_device(to.subspan((lo - base) * sizeof(G), grads.size_bytes()), std::as_bytes(grads));
     });
   }
 
@@ -162,9 +160,11 @@ class adamw_subgroup_kernel {
     // the updated master itself, which device_out copies from the state: nothing to write)
     H* out = !model_.device.empty() ? model_.device.data() + layout_.begin(s)
                                     : reinterpret_cast<H*>(device.data() + layout_.device_model_offset());
-    const bool write_copy = !model_.empty() && (!model_.device.empty() || !std::is_same_v<H, float>);
+    const bool write_copy =
+        (!model_.empty() || pieces_.has_own_weights()) && (!model_.device.empty() || !std::is_same_v<H, float>);
     const std::size_t base = layout_.begin(s);
-    for_each_run(s, [&](std::size_t lo, std::size_t hi) {
+    pieces_.for_each(s, {}, [&](std::size_t lo, std::size_t hi, std::span<const G> grads, std::span<H>) {
+      if (grads.empty()) return;
       k_.for_each_piece(lo, hi - lo, [&](std::size_t off, std::size_t len, const adamw_step_params& k) {
         const std::size_t at = lo - base + off;
         enqueue_adamw(exec,
@@ -181,25 +181,23 @@ class adamw_subgroup_kernel {
 
   template <class S>
   void device_out(std::size_t s, std::span<std::byte> device, S& d2h) {
-    if (model_.host.empty()) return;  // none, or written in place
+    if (!model_.device.empty()) return;  // written in place
     const std::uint64_t from = std::is_same_v<H, float> ? 0 : layout_.device_model_offset();  // see device_update
     const std::size_t base = layout_.begin(s);
-    const auto model = model_of(s);
-    for_each_run(s, [&](std::size_t lo, std::size_t hi) {  // only the updated runs' weights change
-      const auto out = std::as_writable_bytes(model.subspan(lo - base, hi - lo));
-      d2h.copy_to_host(out, device.subspan(static_cast<std::size_t>(from) + (lo - base) * sizeof(H), out.size()));
+    pieces_.for_each(s, {}, [&](std::size_t lo, std::size_t hi, std::span<const G> grads, std::span<H> own) {
+      const std::span<H> model = weights(s, lo, hi, own);
+      if (grads.empty() || model.empty()) return;  // only updated weights change
+      d2h.copy_to_host(std::as_writable_bytes(model),
+                       device.subspan(static_cast<std::size_t>(from) + (lo - base) * sizeof(H), model.size_bytes()));
     });
   }
 
  private:
-  // Calls f(lo, hi) for each run of subgroup s that has gradients this step.
-  template <class F>
-  void for_each_run(std::size_t s, F&& f) const {
-    const std::size_t lo = layout_.begin(s), hi = lo + layout_.length(s);
-    if (cover_ == nullptr)
-      f(lo, hi);
-    else
-      cover_->for_each_in(lo, hi, f);
+  // The weights of [lo, hi) of subgroup s: the piece's own, else the model copy's part (or none).
+  [[nodiscard]] std::span<H> weights(std::size_t s, std::size_t lo, std::size_t hi, std::span<H> own) const {
+    if (!own.empty()) return own;
+    const std::span<H> copy = model_of(s);
+    return copy.empty() ? copy : copy.subspan(lo - layout_.begin(s), hi - lo);
   }
 
   [[nodiscard]] std::span<H> model_of(std::size_t s) const {
@@ -209,12 +207,11 @@ class adamw_subgroup_kernel {
 
   offload_layout layout_;
   step_constants k_;
-  GradsOf grads_of_;
+  Pieces pieces_;
   model_copy<H> model_;
   thread_pool* pool_;
   Commit commit_;
   Exec* exec_;
-  const gradient_coverage* cover_;
   bool adopt_;
   std::vector<char> on_host_;  // with a device model: which subgroups a host kernel updated
 };

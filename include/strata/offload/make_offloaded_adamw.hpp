@@ -29,7 +29,7 @@
 #include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
 #include "strata/exec/host_executor.hpp"
-#include "strata/offload/gradient_ranges.hpp"
+#include "strata/offload/param_tensors.hpp"
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offload_stats.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
@@ -124,18 +124,19 @@ class any_offloaded_adamw {
   virtual void accept_gradients_at(std::size_t first, std::span<const float> grads) = 0;
   virtual void accept_gradients_at(std::size_t first, std::span<const bf16> grads) = 0;
   virtual void accept_gradients_at(std::size_t first, std::span<const fp16> grads) = 0;
-  /// One step over the gradients of some parameters, writing the updated weights into `model`
-  /// (offloaded_adamw::step with gradient ranges: parameters no range covers are left as they are).
-  virtual offload_step_stats step(std::span<const gradient_range<float>> grads, const step_rates& rates,
-                                  host_model_span model, const step_options& opts) = 0;
-  virtual offload_step_stats step(std::span<const gradient_range<bf16>> grads, const step_rates& rates,
-                                  host_model_span model, const step_options& opts) = 0;
-  virtual offload_step_stats step(std::span<const gradient_range<fp16>> grads, const step_rates& rates,
-                                  host_model_span model, const step_options& opts) = 0;
-  /// The squared norm and count of `grads`, unscaled (offloaded_adamw::gradient_stats).
-  [[nodiscard]] virtual grad_stats gradient_stats(std::span<const gradient_range<float>> grads) = 0;
-  [[nodiscard]] virtual grad_stats gradient_stats(std::span<const gradient_range<bf16>> grads) = 0;
-  [[nodiscard]] virtual grad_stats gradient_stats(std::span<const gradient_range<fp16>> grads) = 0;
+  /// One step over framework tensors as they are, each tensor's weights updated in place
+  /// (offloaded_adamw::step with param_tensor: tensors without gradients are left as they are).
+  /// The weights are of the gradients' type, as a framework's tensors are.
+  virtual offload_step_stats step(std::span<const param_tensor<float, float>> tensors, const step_rates& rates,
+                                  const step_options& opts) = 0;
+  virtual offload_step_stats step(std::span<const param_tensor<bf16, bf16>> tensors, const step_rates& rates,
+                                  const step_options& opts) = 0;
+  virtual offload_step_stats step(std::span<const param_tensor<fp16, fp16>> tensors, const step_rates& rates,
+                                  const step_options& opts) = 0;
+  /// The squared norm and count of the tensors' gradients, unscaled (offloaded_adamw::gradient_stats).
+  [[nodiscard]] virtual grad_stats gradient_stats(std::span<const param_tensor<float, float>> tensors) = 0;
+  [[nodiscard]] virtual grad_stats gradient_stats(std::span<const param_tensor<bf16, bf16>> tensors) = 0;
+  [[nodiscard]] virtual grad_stats gradient_stats(std::span<const param_tensor<fp16, fp16>> tensors) = 0;
   /// Drops the gradients handed over since the last step (offloaded_adamw::discard_gradients).
   virtual void discard_gradients() = 0;
   /// One step over the gradients handed to accept_gradients_at.
@@ -152,9 +153,13 @@ class any_offloaded_adamw {
   virtual void save(const std::filesystem::path& dir) = 0;
   /// Saves into a store (an object store's prefix; see offload/tier_checkpoint.hpp).
   virtual void save(any_tier& store) = 0;
-  /// Saves with `model` as the truth (offloaded_adamw::save with a model copy).
-  virtual void save(const std::filesystem::path& dir, host_model_span model) = 0;
-  virtual void save(any_tier& store, host_model_span model) = 0;
+  /// Saves with the tensors' weights as the truth (offloaded_adamw::save with tensors).
+  virtual void save(const std::filesystem::path& dir, std::span<const param_tensor<float, float>> tensors) = 0;
+  virtual void save(const std::filesystem::path& dir, std::span<const param_tensor<bf16, bf16>> tensors) = 0;
+  virtual void save(const std::filesystem::path& dir, std::span<const param_tensor<fp16, fp16>> tensors) = 0;
+  virtual void save(any_tier& store, std::span<const param_tensor<float, float>> tensors) = 0;
+  virtual void save(any_tier& store, std::span<const param_tensor<bf16, bf16>> tensors) = 0;
+  virtual void save(any_tier& store, std::span<const param_tensor<fp16, fp16>> tensors) = 0;
   virtual void flush() = 0;
   /// Removes the tier objects the optimizer created (see offloaded_adamw::remove_state).
   virtual std::size_t remove_state() = 0;
@@ -278,7 +283,8 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
     }
   }
 
-  void create(const offloaded_adamw_config& c, std::span<const float> params, const adamw_state_view& state) {
+  template <class P>
+  void create(const offloaded_adamw_config& c, std::span<const P> params, const adamw_state_view& state) {
     opt_.emplace(optimizer::from_state(tier_, *exec_, params, state, c.adamw,
                                        Preset::options(params.size(), c.adamw, c.offload, site_.uses_device()),
                                        typename Preset::order{},
@@ -306,21 +312,21 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
   offload_step_stats step(std::span<const fp16> g, const step_rates& r, host_model_span m) override {
     return std::visit([&](auto out) { return opt_->step(g, r, out); }, m);
   }
-  offload_step_stats step(std::span<const gradient_range<float>> g, const step_rates& r, host_model_span m,
+  offload_step_stats step(std::span<const param_tensor<float, float>> t, const step_rates& r,
                           const step_options& o) override {
-    return std::visit([&](auto out) { return opt_->step(g, r, out, o); }, m);
+    return opt_->step(t, r, o);
   }
-  offload_step_stats step(std::span<const gradient_range<bf16>> g, const step_rates& r, host_model_span m,
+  offload_step_stats step(std::span<const param_tensor<bf16, bf16>> t, const step_rates& r,
                           const step_options& o) override {
-    return std::visit([&](auto out) { return opt_->step(g, r, out, o); }, m);
+    return opt_->step(t, r, o);
   }
-  offload_step_stats step(std::span<const gradient_range<fp16>> g, const step_rates& r, host_model_span m,
+  offload_step_stats step(std::span<const param_tensor<fp16, fp16>> t, const step_rates& r,
                           const step_options& o) override {
-    return std::visit([&](auto out) { return opt_->step(g, r, out, o); }, m);
+    return opt_->step(t, r, o);
   }
-  grad_stats gradient_stats(std::span<const gradient_range<float>> g) override { return opt_->gradient_stats(g); }
-  grad_stats gradient_stats(std::span<const gradient_range<bf16>> g) override { return opt_->gradient_stats(g); }
-  grad_stats gradient_stats(std::span<const gradient_range<fp16>> g) override { return opt_->gradient_stats(g); }
+  grad_stats gradient_stats(std::span<const param_tensor<float, float>> t) override { return opt_->gradient_stats(t); }
+  grad_stats gradient_stats(std::span<const param_tensor<bf16, bf16>> t) override { return opt_->gradient_stats(t); }
+  grad_stats gradient_stats(std::span<const param_tensor<fp16, fp16>> t) override { return opt_->gradient_stats(t); }
   void accept_gradients_at(std::size_t first, std::span<const float> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const bf16> g) override { opt_->accept_gradients_at(first, g); }
   void accept_gradients_at(std::size_t first, std::span<const fp16> g) override { opt_->accept_gradients_at(first, g); }
@@ -356,12 +362,12 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
   void read_max_exp_avg_sq(std::span<float> out) override { opt_->read_max_exp_avg_sq(out); }
   void save(const std::filesystem::path& dir) override { opt_->save(dir); }
   void save(any_tier& store) override { opt_->save(store); }
-  void save(const std::filesystem::path& dir, host_model_span m) override {
-    std::visit([&](auto model) { opt_->save(dir, as_const(model)); }, m);
-  }
-  void save(any_tier& store, host_model_span m) override {
-    std::visit([&](auto model) { opt_->save(store, as_const(model)); }, m);
-  }
+  void save(const std::filesystem::path& dir, std::span<const param_tensor<float, float>> t) override { opt_->save(dir, t); }
+  void save(const std::filesystem::path& dir, std::span<const param_tensor<bf16, bf16>> t) override { opt_->save(dir, t); }
+  void save(const std::filesystem::path& dir, std::span<const param_tensor<fp16, fp16>> t) override { opt_->save(dir, t); }
+  void save(any_tier& store, std::span<const param_tensor<float, float>> t) override { opt_->save(store, t); }
+  void save(any_tier& store, std::span<const param_tensor<bf16, bf16>> t) override { opt_->save(store, t); }
+  void save(any_tier& store, std::span<const param_tensor<fp16, fp16>> t) override { opt_->save(store, t); }
   void flush() override { opt_->flush(); }
   std::size_t remove_state() override { return opt_ ? opt_->remove_state() : 0; }
   [[nodiscard]] std::uint64_t step_count() const override { return opt_->step_count(); }
@@ -375,10 +381,6 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
   [[nodiscard]] const offload_options& offload() const override { return opt_->offload(); }
 
  private:
-  template <class H>
-  static std::span<const H> as_const(std::span<H> s) noexcept {
-    return s;
-  }
   static std::unique_ptr<Exec> own_executor() {
     if constexpr (std::default_initializable<Exec>) {
       return std::make_unique<Exec>();
@@ -455,6 +457,24 @@ std::unique_ptr<any_offloaded_adamw_on<Exec>> make_runtime(offloaded_adamw_confi
                                                                                 const adamw_state_view& state = {}) {
   return detail::make_runtime<host_executor<>>(config, nullptr, always_host{},
                                                [&](auto& o, const offloaded_adamw_config& c) { o.create(c, params, state); });
+}
+
+/// Weights a run-time optimizer starts from: fp32, or a 16-bit model's own (widened exactly).
+/// Explicit, so that a float array still picks the overload above.
+struct host_weights {
+  explicit host_weights(std::span<const float> w) noexcept : span(w) {}
+  explicit host_weights(std::span<const bf16> w) noexcept : span(w) {}
+  explicit host_weights(std::span<const fp16> w) noexcept : span(w) {}
+  std::variant<std::span<const float>, std::span<const bf16>, std::span<const fp16>> span;
+};
+
+/// As above, from a model's weights in its own type (no fp32 copy of a 16-bit model needed).
+[[nodiscard]] inline std::unique_ptr<any_offloaded_adamw> make_offloaded_adamw(const offloaded_adamw_config& config,
+                                                                                host_weights params,
+                                                                                const adamw_state_view& state = {}) {
+  return detail::make_runtime<host_executor<>>(config, nullptr, always_host{}, [&](auto& o, const offloaded_adamw_config& c) {
+    std::visit([&](auto p) { o.create(c, p, state); }, params.span);
+  });
 }
 
 /// As above, with updates on `exec` (which must outlive the optimizer) where `site` says, and

@@ -144,8 +144,11 @@ class offloaded_adamw : public detail::offload_core<Exec> {
     opt.initialize_from(params, state);
     return opt;
   }
-  /// As above, with device updates on `exec` where `site` says.
-  [[nodiscard]] static offloaded_adamw from_state(Tier& tier, Exec& exec, std::span<const float> params,
+  /// As above, with device updates on `exec` where `site` says. The weights may be 16-bit (a
+  /// bf16 or fp16 model's own, widened exactly to the fp32 master), so no fp32 copy of the model
+  /// is needed to start.
+  template <model_copy_type P>
+  [[nodiscard]] static offloaded_adamw from_state(Tier& tier, Exec& exec, std::span<const P> params,
                                                   const adamw_state_view& state, adamw_options options,
                                                   offload_options offload = {}, Order order = Order{},
                                                   Evict evict = Evict{}, Site site = Site{}, tracer* trace = nullptr) {

@@ -43,7 +43,7 @@
 #include "strata/offload/checkpoint_manifest.hpp"
 #include "strata/offload/tier_checkpoint.hpp"
 #include "strata/offload/gradient_intake.hpp"
-#include "strata/offload/gradient_ranges.hpp"
+#include "strata/offload/param_tensors.hpp"
 #include "strata/offload/offload_layout.hpp"
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offload_stats.hpp"
@@ -103,66 +103,61 @@ class offload_core {
     if (layout_.tier_gradients) {
       s_->intake.reset();
       stage_gradients_to_tier(grads, 0);
-      return run_step<float>(rates, model_copy<H>{model_out, {}, {}}, tier_gradients(), s_->intake.norms());
+      return run_step<float>(rates, model_copy<H>{model_out, {}, {}}, tier_gradients<H>(), s_->intake.norms());
     }
     grad_norm_accumulator norms;
     if (tracks_norm() && !partial_)
       for (std::size_t s = 0; s < layout_.subgroups(); ++s)
         norms.add(s, grad_stats_cpu(grads.subspan(begin(s), length(s)), scaler_.inv_scale(), s_->pool.get()));
-    return run_step<G>(rates, model_copy<H>{model_out, {}, {}}, gradient_source<G>{grads, nullptr, &layout_}, norms);
+    return run_step<G>(rates, model_copy<H>{model_out, {}, {}}, piece_source<G, H>{grads, nullptr, &layout_}, norms);
   }
 
-  /// One step over the gradients of some parameters (gradient_range: each range in the caller's
-  /// memory, e.g. one framework tensor's, valid until this returns), writing the updated weights
-  /// into `model_out` (size() elements, or empty). Parameters no range covers have no gradient
-  /// this step and are left exactly as they are: their state, their model weights and their step
-  /// counts (param_steps) do not change, and a subgroup no range touches is neither read nor
-  /// written, as torch.optim.AdamW skips a parameter whose .grad is None. `opts` may make the
-  /// model copy the truth (adopt_model) and give the clip/skip decision for the whole model.
-  /// With clipping or loss scaling on and no decision given, the norm is that of the covered
-  /// gradients. A retry of a failed step must give the same ranges (config_error otherwise).
-  template <gradient_type G, class H>
-    requires model_copy_type<H>
-  offload_step_stats step(std::span<const gradient_range<G>> grads, const step_rates& rates, std::span<H> model_out,
+  /// One step over framework tensors as they are (param_tensor: each tensor's gradients and
+  /// weights in the caller's memory, valid until this returns; ascending, disjoint): the
+  /// updated weights are written into each tensor's own `model` span. Tensors without gradients
+  /// (and parameters no tensor covers) are left exactly as they are: their state, weights and
+  /// step counts (param_steps) do not change, and a subgroup without any gradient is neither
+  /// read nor written, as torch.optim.AdamW skips a parameter whose .grad is None. `opts` may
+  /// make the tensors' weights the truth (adopt_model) and give the clip/skip decision for the
+  /// whole model. With clipping or loss scaling on and no decision given, the norm is that of
+  /// the gradients given. A retry of a failed step must give gradients for the same parameters
+  /// (config_error otherwise).
+  template <gradient_type G, model_copy_type H>
+  offload_step_stats step(std::span<const param_tensor<G, H>> tensors, const step_rates& rates,
                           const step_options& opts = {}) {
     check_rates(rates);
-    check_model_out(model_out.size());
-    auto cover = gradient_coverage::of(grads, layout_.params, "offloaded_adamw::step");
-    STRATA_EXPECTS(!partial_ || !partial_ranges_ || cover == partial_cover_, config_error,
+    auto cover = gradient_coverage::of(tensors, layout_.params, "offloaded_adamw::step");
+    STRATA_EXPECTS(!partial_ || !partial_tensors_ || cover == partial_cover_, config_error,
                    "offloaded_adamw::step: retrying step {} with gradients of other parameters than it began with",
                    step_count_ + 1);
-    STRATA_EXPECTS(!opts.adopt_model || !model_out.empty(), config_error,
-                   "offloaded_adamw::step: adopt_model needs a model copy");
     STRATA_EXPECTS(!opts.adopt_model || !device_site_, config_error,
                    "offloaded_adamw::step: adopt_model needs host updates (the update site may choose the device)");
     grad_norm_accumulator norms;
     if (tracks_norm() && !partial_ && !opts.decision)
       for (std::size_t s = 0; s < layout_.subgroups(); ++s)
-        if (cover.touches(begin(s), begin(s) + length(s))) norms.add(s, range_stats(grads, begin(s), begin(s) + length(s)));
+        if (cover.touches(begin(s), begin(s) + length(s)))
+          norms.add(s, tensor_stats(tensors, begin(s), begin(s) + length(s)));
     partial_cover_ = std::move(cover);
-    const model_copy<H> model{model_out, {}, {}};
     if (layout_.tier_gradients) {
       if (!partial_) {
         s_->intake.reset();
-        for (const auto& r : grads) stage_gradients_to_tier(r.grads, r.first, /*track=*/false);
+        for (const auto& t : tensors)
+          if (!t.grad.empty()) stage_gradients_to_tier(t.grad, t.first, /*track=*/false);
       }
-      return run_step<float>(rates, model, tier_gradients(), norms, &partial_cover_, opts);
+      return run_step<float>(rates, model_copy<H>{}, piece_source<float, H, param_tensor<G, H>>{{}, nullptr, &layout_, tensors, true, true},
+                             norms, &partial_cover_, opts);
     }
-    // Runs that cross ranges are gathered into one subgroup's worth of host memory (budgeted).
-    const std::size_t gather_bytes = layout_.max_length() * sizeof(G);
-    if (grads.size() > 1 && s_->gather.size() < gather_bytes)
-      s_->gather = s_->budget.allocate(gather_bytes, "the gradient gather buffer of a step over gradient ranges");
-    gradient_source<G> source{{}, nullptr, &layout_, grads, &s_->gather};
-    return run_step<G>(rates, model, source, norms, &partial_cover_, opts);
+    return run_step<G>(rates, model_copy<H>{}, piece_source<G, H>{{}, nullptr, &layout_, tensors, false, true}, norms,
+                       &partial_cover_, opts);
   }
 
-  /// The squared norm of `grads` (unscaled by the current loss scale, as the step would see
-  /// them) and their count: what a caller adds up over several optimizers or processes to
-  /// decide one step for the whole model (decide_step, then step_options::decision).
-  template <gradient_type G>
-  [[nodiscard]] grad_stats gradient_stats(std::span<const gradient_range<G>> grads) {
-    (void)gradient_coverage::of(grads, layout_.params, "offloaded_adamw::gradient_stats");
-    return range_stats(grads, 0, layout_.params);
+  /// The squared norm of the tensors' gradients (unscaled by the current loss scale, as the step
+  /// would see them) and their count: what a caller adds up over several optimizers or processes
+  /// to decide one step for the whole model (decide_step, then step_options::decision).
+  template <gradient_type G, model_copy_type H>
+  [[nodiscard]] grad_stats gradient_stats(std::span<const param_tensor<G, H>> tensors) {
+    (void)gradient_coverage::of(tensors, layout_.params, "offloaded_adamw::gradient_stats");
+    return tensor_stats(tensors, 0, layout_.params);
   }
 
   /// Sets the loss scaler's scale and growth tracker (another optimizer's, so that several
@@ -362,23 +357,24 @@ class offload_core {
     write_checkpoint(dir, std::move(m), layout_.subgroups(), [&](auto&& fn) { s_->pipeline.visit(fn); });
   }
 
-  /// save(dir), with `model` (size() elements, the copy steps write) as the truth: where it was
-  /// written since the last step (step_options::adopt_model), the checkpoint holds its values as
-  /// master weights, which the next step would adopt too. The running state is not changed.
-  template <class H>
-    requires model_copy_type<H>
-  void save(const std::filesystem::path& dir, std::span<const H> model) {
+  /// save(dir), with the tensors' weights as the truth (step_options::adopt_model): where they
+  /// were written since the last step, the checkpoint holds their values as master weights, as
+  /// the next step would adopt them. Their gradients are not used; the running state is not
+  /// changed.
+  template <gradient_type G, model_copy_type H>
+  void save(const std::filesystem::path& dir, std::span<const param_tensor<G, H>> tensors) {
+    (void)gradient_coverage::of(tensors, layout_.params, "offloaded_adamw::save");
     auto m = manifest_for_save();
     trace_span span(tracer_, "offload.save");
-    write_checkpoint(dir, std::move(m), layout_.subgroups(), adopted_visit(model));
+    write_checkpoint(dir, std::move(m), layout_.subgroups(), adopted_visit(tensors));
   }
-  /// save(store) with `model` as the truth (see above).
-  template <class H>
-    requires model_copy_type<H>
-  void save(any_tier& store, std::span<const H> model) {
+  /// save(store) with the tensors' weights as the truth (see above).
+  template <gradient_type G, model_copy_type H>
+  void save(any_tier& store, std::span<const param_tensor<G, H>> tensors) {
+    (void)gradient_coverage::of(tensors, layout_.params, "offloaded_adamw::save");
     auto m = manifest_for_save();
     trace_span span(tracer_, "offload.save");
-    write_checkpoint(store, std::move(m), layout_.subgroups(), adopted_visit(model));
+    write_checkpoint(store, std::move(m), layout_.subgroups(), adopted_visit(tensors));
   }
 
   /// Writes a consistent checkpoint into `store`, a tier (an object_store_tier on a prefix of its
@@ -449,7 +445,6 @@ class offload_core {
     std::unique_ptr<thread_pool> landing_worker;
     std::vector<std::future<void>> landing;
     host_buffer model_staging;  // host side of a model copy in device memory
-    host_buffer gather;         // a subgroup's gradients gathered from a step's ranges
 
     parts(any_tier t, Exec* exec, std::unique_ptr<Exec> owned, const offload_layout& layout,
           const offload_options& off, any_eviction_policy evict, any_update_site site, tracer* trace)
@@ -577,11 +572,15 @@ class offload_core {
     track_norm();
   }
 
-  void initialize_from(std::span<const float> params) { initialize_from(params, adamw_state_view{}); }
+  template <class P>
+  void initialize_from(std::span<const P> params) {
+    initialize_from(params, adamw_state_view{});
+  }
 
   // The first state from `params` and existing moments (zeros where `existing` has none), after
   // existing.step steps.
-  void initialize_from(std::span<const float> params, const adamw_state_view& existing) {
+  template <class P>  // float, or a 16-bit model's weights (widened exactly)
+  void initialize_from(std::span<const P> params, const adamw_state_view& existing) {
     existing.validate(layout_.params, options_.amsgrad, "offloaded_adamw");
     // (validated before anything is written)
     param_steps steps = existing.step_runs.empty()
@@ -590,10 +589,14 @@ class offload_core {
     STRATA_EXPECTS(steps.max() <= existing.step, config_error,
                    "offloaded_adamw: a parameter has taken {} steps, more than the state's {}", steps.max(),
                    existing.step);
-    const std::span<const float> arrays[] = {params, existing.exp_avg, existing.exp_avg_sq, existing.max_exp_avg_sq};
+    STRATA_EXPECTS(params.size() == layout_.params, config_error, "offloaded_adamw: {} weights for {} parameters",
+                   params.size(), layout_.params);
+    const std::span<const float> arrays[] = {{}, existing.exp_avg, existing.exp_avg_sq, existing.max_exp_avg_sq};
     write_initial_state([&](std::size_t s, std::span<std::byte> state) {
       const std::size_t n = length(s);
-      for (std::size_t a = 0; a < layout_.sections; ++a) {
+      float* master = reinterpret_cast<float*>(state.data());
+      for (std::size_t i = 0; i < n; ++i) master[i] = static_cast<float>(params[begin(s) + i]);
+      for (std::size_t a = 1; a < layout_.sections; ++a) {
         std::byte* to = state.data() + a * n * sizeof(float);
         if (arrays[a].empty())
           std::memset(to, 0, n * sizeof(float));
@@ -669,17 +672,18 @@ class offload_core {
   }
 
   // A visit for write_checkpoint that hands each subgroup's state with its master weights
-  // following `model` (adopt_model_copy), copied: the running state stays as it is.
-  template <class H>
-  auto adopted_visit(std::span<const H> model) {
-    STRATA_EXPECTS(model.size() == layout_.params, config_error,
-                   "offloaded_adamw::save: model copy has {} elements for {} parameters", model.size(), layout_.params);
-    return [this, model](auto&& fn) {
+  // following the tensors' weights (adopt_model_copy), copied: the running state stays as it is.
+  template <gradient_type G, model_copy_type H>
+  auto adopted_visit(std::span<const param_tensor<G, H>> tensors) {
+    return [this, tensors](auto&& fn) {
       std::vector<std::byte> copy;
+      const piece_source<G, H> pieces{{}, nullptr, &layout_, tensors, false, true};
       s_->pipeline.visit([&](std::size_t s, std::span<const std::byte> state) {
         copy.assign(state.begin(), state.end());
-        adopt_model_copy<H>(std::span<float>(reinterpret_cast<float*>(copy.data()), length(s)),
-                            model.subspan(begin(s), length(s)));
+        float* master = reinterpret_cast<float*>(copy.data());
+        pieces.for_each(s, {}, [&](std::size_t lo, std::size_t hi, std::span<const G>, std::span<H> model) {
+          if (!model.empty()) adopt_model_copy<H>(std::span<float>(master + (lo - begin(s)), hi - lo), model);
+        });
         fn(s, std::span<const std::byte>(copy));
       });
     };
@@ -736,13 +740,13 @@ class offload_core {
       STRATA_EXPECTS(in.complete(s) || version_[s] > step_count_, config_error,
                      "offloaded_adamw::step: subgroup {} has {} of its {} gradients (call accept_gradients first)", s,
                      in.received(s), length(s));
-    if (layout_.tier_gradients) return run_step<float>(rates, model, tier_gradients(), in.norms());
+    if (layout_.tier_gradients) return run_step<float>(rates, model, tier_gradients<H>(), in.norms());
     switch (in.kind()) {
-      case grad_kind::f32: return run_step<float>(rates, model, stored<float>(), in.norms());
-      case grad_kind::b16: return run_step<bf16>(rates, model, stored<bf16>(), in.norms());
+      case grad_kind::f32: return run_step<float>(rates, model, stored<float, H>(), in.norms());
+      case grad_kind::b16: return run_step<bf16>(rates, model, stored<bf16, H>(), in.norms());
       case grad_kind::f16: break;
     }
-    return run_step<fp16>(rates, model, stored<fp16>(), in.norms());
+    return run_step<fp16>(rates, model, stored<fp16, H>(), in.norms());
   }
 
 
@@ -765,41 +769,42 @@ class offload_core {
   // Where a step finds subgroup s's gradients: the caller's span of every parameter's, the
   // gradient store, or (fp32, read from the tier) the slot after the state. One type per gradient
   // type, so each (gradient, model copy) pair compiles the step once.
-  // (The caller's ranges are the fourth kind: a run [lo, hi) that crosses ranges is gathered
-  // into `gather`, one subgroup's worth, on the CPU worker; for_each hands the pieces as they are.)
-  template <class G>
-  struct gradient_source {
+  // Where a step finds subgroup s's gradients: the caller's span of every parameter's, the
+  // gradient store, (fp32, read from the tier) the slot after the state, or the caller's
+  // tensors (param_tensor), which also bring their own weights. With `tier` set the tensors
+  // give coverage and weights and the gradients come from the slot. One type per gradient type,
+  // so each (gradient, model copy) pair compiles the step once.
+  template <class G, class H, class T = param_tensor<G, H>>
+  struct piece_source {
     std::span<const G> all{};
     const gradient_intake* store = nullptr;
     const offload_layout* layout = nullptr;
-    std::span<const gradient_range<G>> ranges{};
-    host_buffer* gather = nullptr;
+    std::span<const T> tensors{};
+    bool tier = false;          // with tensors: gradients from the slot
+    bool from_tensors = false;  // the tensors give the parts (even when there are none)
 
-    // The gradients of [lo, hi), a covered run of subgroup s (the CPU worker only).
-    std::span<const G> operator()(std::size_t s, std::span<std::byte> slot, std::size_t lo, std::size_t hi) const {
-      if (!ranges.empty()) {
-        const auto it = range_holding(lo);
-        if (it->first + it->grads.size() >= hi) return it->grads.subspan(lo - it->first, hi - lo);
-        G* out = reinterpret_cast<G*>(gather->data());
-        STRATA_ASSERT((hi - lo) * sizeof(G) <= gather->size());
-        for_each(s, slot, lo, hi, [&](std::size_t at, std::span<const G> g) {
-          std::memcpy(out + (at - lo), g.data(), g.size_bytes());
-        });
-        return {out, hi - lo};
-      }
-      return whole(s, slot).subspan(lo - layout->begin(s), hi - lo);
-    }
-    // Calls f(at, gradients of [at, at + n)) for contiguous pieces of [lo, hi) (any thread).
+    [[nodiscard]] bool has_own_weights() const noexcept { return from_tensors; }
+    // Calls f(lo, hi, grads, own weights) for subgroup s's parts (see adamw_subgroup_kernel);
+    // `slot` may be empty when only the bounds and whether there are gradients matter.
     template <class F>
-    void for_each(std::size_t s, std::span<std::byte> slot, std::size_t lo, std::size_t hi, F&& f) const {
-      if (ranges.empty()) {
-        f(lo, (*this)(s, slot, lo, hi));
+    void for_each(std::size_t s, std::span<std::byte> slot, F&& f) const {
+      const std::size_t lo = layout->begin(s), hi = lo + layout->length(s);
+      if (!from_tensors) {
+        f(lo, hi, whole(s, slot), std::span<H>());
         return;
       }
-      for (auto it = range_holding(lo); lo < hi; ++it) {
-        const std::size_t end = std::min(hi, it->first + it->grads.size());
-        f(lo, it->grads.subspan(lo - it->first, end - lo));
-        lo = end;
+      auto it = std::upper_bound(tensors.begin(), tensors.end(), lo,
+                                 [](std::size_t v, const T& t) { return v < t.first + t.count; });
+      for (; it != tensors.end() && it->first < hi; ++it) {
+        const std::size_t a = std::max(lo, it->first), b = std::min(hi, it->first + it->count);
+        std::span<const G> g;
+        if (!it->grad.empty()) {
+          if constexpr (std::is_same_v<T, param_tensor<G, H>>)
+            g = tier ? whole(s, slot).subspan(a - lo, b - a) : it->grad.subspan(a - it->first, b - a);
+          else
+            g = whole(s, slot).subspan(a - lo, b - a);
+        }
+        f(a, b, g, it->model.empty() ? std::span<H>() : it->model.subspan(a - it->first, b - a));
       }
     }
 
@@ -812,33 +817,30 @@ class offload_core {
       STRATA_ASSERT(false && "only fp32 gradients are read from the tier");
       return {};
     }
-    // The range holding parameter i (which a range covers).
-    typename std::span<const gradient_range<G>>::iterator range_holding(std::size_t i) const {
-      auto it = std::upper_bound(ranges.begin(), ranges.end(), i,
-                                 [](std::size_t v, const gradient_range<G>& r) { return v < r.first; });
-      STRATA_ASSERT(it != ranges.begin());
-      return std::prev(it);
-    }
   };
-  template <class G>
-  gradient_source<G> stored() {
+  template <class G, class H>
+  piece_source<G, H> stored() {
     return {{}, &s_->intake, &layout_};
   }
-  gradient_source<float> tier_gradients() { return {{}, nullptr, &layout_}; }
+  template <class H>
+  piece_source<float, H> tier_gradients() {
+    return {{}, nullptr, &layout_};
+  }
 
-  // The stats of the covered gradients of [lo, hi) (unscaled by the current loss scale).
-  template <class G>
-  grad_stats range_stats(std::span<const gradient_range<G>> grads, std::size_t lo, std::size_t hi) const {
+  // The stats of the tensors' gradients within [lo, hi) (unscaled by the current loss scale).
+  template <class G, class H>
+  grad_stats tensor_stats(std::span<const param_tensor<G, H>> tensors, std::size_t lo, std::size_t hi) const {
     grad_stats total;
-    for (const auto& r : grads) {
-      const std::size_t a = std::max(lo, r.first), b = std::min(hi, r.first + r.grads.size());
-      if (a >= b) continue;
-      const grad_stats g = grad_stats_cpu(r.grads.subspan(a - r.first, b - a), scaler_.inv_scale(), s_->pool.get());
+    for (const auto& t : tensors) {
+      const std::size_t a = std::max(lo, t.first), b = std::min(hi, t.first + t.count);
+      if (a >= b || t.grad.empty()) continue;
+      const grad_stats g = grad_stats_cpu(t.grad.subspan(a - t.first, b - a), scaler_.inv_scale(), s_->pool.get());
       total.sum_squares += g.sum_squares;
       total.count += g.count;
     }
     return total;
   }
+
   // What the pipeline calls when a subgroup's update committed: it is at the next step.
   struct count_version {
     std::vector<std::uint64_t>* version;
@@ -902,10 +904,9 @@ class offload_core {
   // decision its first attempt made, so the subgroups updated then and now agree). Defined out of
   // the class (not inline), so that an extern template declaration suppresses it (see below).
   // `cover`: the parameters with gradients (null: all); `opts`: see step_options.
-  template <class G, class H>
-  offload_step_stats run_step(const step_rates& rates, model_copy<H> model, gradient_source<G> grads_of,
-                              const grad_norm_accumulator& norms, const gradient_coverage* cover = nullptr,
-                              const step_options& opts = {});
+  template <class G, class H, class Src>
+  offload_step_stats run_step(const step_rates& rates, model_copy<H> model, Src pieces, const grad_norm_accumulator& norms,
+                              const gradient_coverage* cover = nullptr, const step_options& opts = {});
 
   adamw_options options_;
   offload_options offload_;
@@ -919,8 +920,8 @@ class offload_core {
   std::vector<std::uint64_t> version_;  // steps applied to each subgroup
   std::uint64_t step_count_ = 0;
   param_steps steps_;                   // steps each parameter has taken (torch's per-tensor count)
-  gradient_coverage partial_cover_;     // of the step in progress over gradient ranges
-  bool partial_ranges_ = false;         // the step in progress is one over gradient ranges
+  gradient_coverage partial_cover_;     // of the step in progress over tensors
+  bool partial_tensors_ = false;        // the step in progress is one over tensors
   bool device_site_ = false;            // the update site may choose the device
   bool partial_ = false;
   bool removed_ = false;  // remove_state() ran
@@ -929,13 +930,13 @@ class offload_core {
 };
 
 template <executor Exec>
-template <class G, class H>
-offload_step_stats offload_core<Exec>::run_step(const step_rates& rates, model_copy<H> model, gradient_source<G> grads_of,
+template <class G, class H, class Src>
+offload_step_stats offload_core<Exec>::run_step(const step_rates& rates, model_copy<H> model, Src pieces,
                                                const grad_norm_accumulator& norms, const gradient_coverage* cover,
                                                const step_options& opts) {
-  STRATA_EXPECTS(!partial_ || partial_ranges_ == (cover != nullptr), config_error,
-                 "offloaded_adamw::step: retrying step {} {} gradient ranges, which it began {}", step_count_ + 1,
-                 cover != nullptr ? "with" : "without", partial_ranges_ ? "with" : "without");
+  STRATA_EXPECTS(!partial_ || partial_tensors_ == (cover != nullptr), config_error,
+                 "offloaded_adamw::step: retrying step {} {} tensors, which it began {}", step_count_ + 1,
+                 cover != nullptr ? "with" : "without", partial_tensors_ ? "with" : "without");
   land_device_gradients();  // (no-op when none are in flight) before the intake may be reset
   trace_span step_span(tracer_, "offload.step");
   if (!partial_) {
@@ -961,12 +962,12 @@ offload_step_stats offload_core<Exec>::run_step(const step_rates& rates, model_c
   for (const std::size_t s : order)
     if (version_[s] == step_count_ && touched(s)) todo.push_back(s);
   partial_ = true;
-  partial_ranges_ = cover != nullptr;
+  partial_tensors_ = cover != nullptr;
   partial_rates_ = rates;
 
-  adamw_subgroup_kernel<Exec, G, H, gradient_source<G>, count_version> kernel(
-      layout_, std::move(k), grads_of, model, s_->pool.get(), count_version{&version_}, s_->exec_ref, cover,
-      opts.adopt_model);
+  adamw_subgroup_kernel<Exec, G, H, Src, count_version> kernel(layout_, std::move(k), std::move(pieces), model,
+                                                               s_->pool.get(), count_version{&version_}, s_->exec_ref,
+                                                               opts.adopt_model);
   const pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);
   if (cover == nullptr) {
     steps_.advance_all();
@@ -1029,7 +1030,7 @@ namespace strata::detail {
 extern template class offload_core<host_executor<>>;
 #define STRATA_OFFLOAD_RUN_STEP(G, H)                                                                 \
   extern template offload_step_stats offload_core<host_executor<>>::run_step<G, H>(                   \
-      const step_rates&, model_copy<H>, offload_core<host_executor<>>::gradient_source<G>, const grad_norm_accumulator&, \
+      const step_rates&, model_copy<H>, offload_core<host_executor<>>::piece_source<G, H>, const grad_norm_accumulator&, \
       const gradient_coverage*, const step_options&);
 STRATA_ADAMW_TYPE_PAIRS(STRATA_OFFLOAD_RUN_STEP)
 #undef STRATA_OFFLOAD_RUN_STEP

@@ -1,8 +1,8 @@
-// offloaded_adamw's step over gradient ranges: parameters without a gradient are left as
-// torch.optim.AdamW leaves a tensor whose .grad is None (state, model weights and step count),
-// each tensor keeps its own step count (param_steps, saved in checkpoints), untouched subgroups
-// cost no I/O, the model copy may be the truth the master weights follow, and several optimizers
-// (or processes) of one model can share one clip/skip decision.
+// offloaded_adamw's step over framework tensors as they are (param_tensor): tensors without a
+// gradient are left as torch.optim.AdamW leaves a tensor whose .grad is None (state, weights and
+// step count), each tensor keeps its own step count (param_steps, saved in checkpoints),
+// untouched subgroups cost no I/O, the tensors' weights may be the truth the master weights
+// follow, and several optimizers (or processes) of one model can share one clip/skip decision.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -16,14 +16,14 @@
 #include <vector>
 
 #include <strata/offload/checkpoint_manifest.hpp>
-#include <strata/offload/gradient_ranges.hpp>
+#include <strata/offload/param_tensors.hpp>
 #include <strata/offload/make_offloaded_adamw.hpp>
 #include <strata/offload/offloaded_adamw.hpp>
 #include <strata/optim/param_steps.hpp>
 
 #include "offload_test_support.hpp"
 
-namespace gradient_ranges_test {
+namespace param_tensors_test {
 
 namespace {
 
@@ -59,12 +59,19 @@ struct tensor_reference {
   }
 };
 
+/// Every tensor of `ref` over `model`, with its gradients from `g` when it is in `with_grad`.
 template <class G>
-std::vector<strata::gradient_range<G>> ranges_of(const tensor_reference& ref, const std::set<std::size_t>& with_grad,
-                                                 std::span<const G> g) {
-  std::vector<strata::gradient_range<G>> r;
-  for (const std::size_t t : with_grad) r.push_back({ref.begin(t), g.subspan(ref.begin(t), ref.size(t))});
+std::vector<strata::param_tensor<G, G>> tensors_of(const tensor_reference& ref, const std::set<std::size_t>& with_grad,
+                                                   std::span<const G> g, std::span<G> model) {
+  std::vector<strata::param_tensor<G, G>> r;
+  for (std::size_t t = 0; t < ref.tensors(); ++t)
+    r.push_back({ref.begin(t), ref.size(t), with_grad.contains(t) ? g.subspan(ref.begin(t), ref.size(t)) : std::span<const G>(),
+                 model.subspan(ref.begin(t), ref.size(t))});
   return r;
+}
+template <class G>
+std::span<const strata::param_tensor<G, G>> span_of(const std::vector<strata::param_tensor<G, G>>& v) {
+  return v;
 }
 
 strata::offload_options options(std::size_t sg, std::size_t cache, std::size_t n, const strata::adamw_options& ao) {
@@ -89,8 +96,8 @@ const std::vector<std::set<std::size_t>> schedule = {{0, 1, 2, 3, 4}, {0, 2, 4},
 
 }  // namespace
 
-TEST_CASE("a step over gradient ranges leaves parameters without a gradient as they are and gives each tensor its "
-          "own step count, bit for bit as torch's per-tensor AdamW") {
+TEST_CASE("a step over tensors leaves those without a gradient as they are and gives each tensor its own step count, "
+          "bit for bit as torch's per-tensor AdamW") {
   const std::size_t n = 1000;
   strata::adamw_options ao;
   ao.weight_decay = 0.05;
@@ -98,7 +105,7 @@ TEST_CASE("a step over gradient ranges leaves parameters without a gradient as t
     CAPTURE(cache);
     const auto init = random_params(n, 3);
     tensor_reference ref(bounds, init, ao);
-    strata::host_tier tier(strata::host_tier_options{.name = "ranges"});
+    strata::host_tier tier(strata::host_tier_options{.name = "tensors"});
     opt_t opt(tier, init, ao, options(200, cache, n, ao));
     std::vector<strata::bf16> model(n), ref_model(n);
     for (std::size_t i = 0; i < n; ++i) model[i] = ref_model[i] = strata::bf16(init[i]);
@@ -106,14 +113,13 @@ TEST_CASE("a step over gradient ranges leaves parameters without a gradient as t
       CAPTURE(s);
       const auto g = random_grads<strata::bf16>(n, 40 + s);
       const auto before = model;
-      const auto ranges = ranges_of<strata::bf16>(ref, schedule[s], g);
-      const auto st = opt.step(std::span<const strata::gradient_range<strata::bf16>>(ranges), 1e-2,
-                               std::span<strata::bf16>(model));
+      const auto tensors = tensors_of<strata::bf16>(ref, schedule[s], g, model);
+      const auto st = opt.step(span_of(tensors), 1e-2);
       ref.step<strata::bf16, strata::bf16>(schedule[s], g, 1e-2, ref_model);
       CHECK(st.step == s + 1);
       require_state(opt, ref);
       for (std::size_t i = 0; i < n; ++i) REQUIRE(same_bits(model[i], ref_model[i]));
-      // Tensors without a gradient keep their model weights as they were.
+      // Tensors without a gradient keep their weights as they were.
       for (std::size_t t = 0; t < ref.tensors(); ++t)
         if (!schedule[s].contains(t))
           for (std::size_t i = ref.begin(t); i < ref.begin(t) + ref.size(t); ++i) REQUIRE(same_bits(model[i], before[i]));
@@ -129,56 +135,54 @@ TEST_CASE("per-range rates and per-tensor step counts cut the update into pieces
   const auto init = random_params(n, 4);
   strata::host_tier tier(strata::host_tier_options{.name = "rates"});
   opt_t opt(tier, init, ao, options(256, 1, n, ao));
-  // Two param groups cutting tensor 2|3 boundaries differently from the subgroups.
+  // Two param groups whose boundary (431) is not a subgroup's.
   const strata::step_rates rates(std::vector<strata::param_range>{{0, 431, 1e-2, 0.1}, {431, 569, 5e-3, 0.0}});
-  tensor_reference lo({0, 130, 430, 431}, std::span<const float>(init).first(431), [&] {
+  auto with_decay = [&](double wd) {
     auto o = ao;
-    o.weight_decay = 0.1;
+    o.weight_decay = wd;
     return o;
-  }());
-  tensor_reference hi({0, 269, 569}, std::span<const float>(init).subspan(431), [&] {
-    auto o = ao;
-    o.weight_decay = 0.0;
-    return o;
-  }());
+  };
+  tensor_reference lo({0, 130, 430, 431}, std::span<const float>(init).first(431), with_decay(0.1));
+  tensor_reference hi({0, 269, 569}, std::span<const float>(init).subspan(431), with_decay(0.0));
+  const tensor_reference whole(bounds, init, ao);  // (the tensors of both groups, for tensors_of)
   std::vector<float> model(init), ref_model(init);
   for (std::size_t s = 0; s < schedule.size(); ++s) {
     const auto g = random_grads<float>(n, 50 + s);
     std::set<std::size_t> lo_t, hi_t;
     for (const std::size_t t : schedule[s]) (t < 3 ? lo_t : hi_t).insert(t < 3 ? t : t - 3);
-    std::vector<strata::gradient_range<float>> ranges;
-    for (const std::size_t t : lo_t) ranges.push_back({lo.begin(t), std::span<const float>(g).subspan(lo.begin(t), lo.size(t))});
-    for (const std::size_t t : hi_t)
-      ranges.push_back({431 + hi.begin(t), std::span<const float>(g).subspan(431 + hi.begin(t), hi.size(t))});
-    opt.step(std::span<const strata::gradient_range<float>>(ranges), rates, std::span<float>(model));
+    const auto tensors = tensors_of<float>(whole, schedule[s], g, model);
+    opt.step(span_of(tensors), rates);
     lo.step<float, float>(lo_t, std::span<const float>(g).first(431), 1e-2, std::span<float>(ref_model).first(431));
     hi.step<float, float>(hi_t, std::span<const float>(g).subspan(431), 5e-3, std::span<float>(ref_model).subspan(431));
   }
-  std::vector<float> p(n);
-  opt.read_master(p);
   std::vector<float> want(lo.p);
   want.insert(want.end(), hi.p.begin(), hi.p.end());
+  std::vector<float> p(n);
+  opt.read_master(p);
   CHECK(same_bits(p, want));
   CHECK(same_bits(model, ref_model));
 }
 
-TEST_CASE("subgroups no gradient range touches are neither read nor written") {
+TEST_CASE("subgroups without any gradient are neither read nor written") {
   const std::size_t n = 1000, sg = 200;  // 5 subgroups
   strata::adamw_options ao;
   const auto init = random_params(n, 5);
   strata::host_tier tier(strata::host_tier_options{.name = "io"});
   opt_t opt(tier, init, ao, options(sg, 0, n, ao));
   const auto g = random_grads<float>(n, 6);
-  // Parameters in subgroups 1 and 3 only.
-  const std::vector<strata::gradient_range<float>> ranges = {{250, std::span<const float>(g).subspan(250, 20)},
-                                                             {700, std::span<const float>(g).subspan(700, 50)}};
   std::vector<float> model(init);
-  const auto st = opt.step(std::span<const strata::gradient_range<float>>(ranges), 1e-3, std::span<float>(model));
+  const std::span<const float> gs(g);
+  const std::span<float> ms(model);
+  // Gradients in subgroups 1 and 3 only; a tensor without a gradient spans subgroups 0-1.
+  const std::vector<strata::param_tensor<float, float>> tensors = {{0, 250, {}, ms.first(250)},
+                                                                   {250, 20, gs.subspan(250, 20), ms.subspan(250, 20)},
+                                                                   {700, 50, gs.subspan(700, 50), ms.subspan(700, 50)}};
+  const auto st = opt.step(span_of(tensors), 1e-3);
   CHECK(st.subgroups == 2);
   CHECK(st.bytes_read == 2 * opt.layout().state_bytes(0));
   CHECK(st.bytes_written == 2 * opt.layout().state_bytes(0));
   // A step with no gradient at all touches nothing and still counts.
-  const auto none = opt.step(std::span<const strata::gradient_range<float>>(), 1e-3, std::span<float>(model));
+  const auto none = opt.step(std::span<const strata::param_tensor<float, float>>(), 1e-3);
   CHECK(none.subgroups == 0);
   CHECK(none.bytes_read == 0);
   CHECK(opt.step_count() == 2);
@@ -197,12 +201,12 @@ TEST_CASE("per-parameter step counts survive a checkpoint, and the resumed run c
   std::vector<float> model(init), ref_model(init);
   const auto run = [&](auto& o, std::size_t s) {
     const auto g = random_grads<float>(n, 60 + s);
-    const auto ranges = ranges_of<float>(ref, schedule[s], g);
-    o.step(std::span<const strata::gradient_range<float>>(ranges), 1e-2, std::span<float>(model));
+    const auto tensors = tensors_of<float>(ref, schedule[s], g, model);
+    o.step(span_of(tensors), 1e-2);
     ref.step<float, float>(schedule[s], g, 1e-2, ref_model);
   };
   for (std::size_t s = 0; s < 3; ++s) run(opt, s);
-  const fs::path dir = fs::temp_directory_path() / ("strata-ranges-ck-" + std::to_string(::getpid()));
+  const fs::path dir = fs::temp_directory_path() / ("strata-tensors-ck-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   opt.save(dir);
   const auto manifest = opt_t::load_manifest(dir);
@@ -235,21 +239,22 @@ TEST_CASE("a manifest whose step runs are out of order, past the parameters or p
   }
 }
 
-TEST_CASE("with adopt_model the master weights follow a model copy written between steps, fp32 exactly, 16-bit as "
-          "the written value") {
+TEST_CASE("with adopt_model the master weights follow tensors written between steps, fp32 exactly, 16-bit as the "
+          "written value") {
   const std::size_t n = 1000;
   strata::adamw_options ao;
   const auto init = random_params(n, 8);
+  strata::step_options adopt;
+  adopt.adopt_model = true;
   SUBCASE("fp32") {
     tensor_reference ref(bounds, init, ao);
     strata::host_tier tier(strata::host_tier_options{.name = "f32"});
     opt_t opt(tier, init, ao, options(200, 1, n, ao));
     std::vector<float> model(init), ref_model(init);
-    const std::set<std::size_t> all = {0, 1, 2, 3, 4};
+    const std::set<std::size_t> every = {0, 1, 2, 3, 4};
     auto g = random_grads<float>(n, 80);
-    auto ranges = ranges_of<float>(ref, all, g);
-    opt.step(std::span<const strata::gradient_range<float>>(ranges), 1e-2, std::span<float>(model));
-    ref.step<float, float>(all, g, 1e-2, ref_model);
+    opt.step(span_of(tensors_of<float>(ref, every, g, model)), 1e-2);
+    ref.step<float, float>(every, g, 1e-2, ref_model);
     // Someone writes into the model (a load, a clamp), including a tensor that gets no gradient next.
     for (const std::size_t i : {std::size_t{5}, std::size_t{140}, std::size_t{430}, std::size_t{999}}) {
       model[i] = static_cast<float>(i) * 0.25f;
@@ -257,31 +262,29 @@ TEST_CASE("with adopt_model the master weights follow a model copy written betwe
     }
     const std::set<std::size_t> some = {0, 1, 4};
     g = random_grads<float>(n, 81);
-    ranges = ranges_of<float>(ref, some, g);
-    strata::step_options adopt;
-    adopt.adopt_model = true;
-    opt.step(std::span<const strata::gradient_range<float>>(ranges), 1e-2, std::span<float>(model), adopt);
+    opt.step(span_of(tensors_of<float>(ref, some, g, model)), 1e-2, adopt);
     ref.step<float, float>(some, g, 1e-2, ref_model);
     require_state(opt, ref);  // (parameter 430, without a gradient, took the written value too)
     CHECK(same_bits(model, ref_model));
   }
   SUBCASE("bf16") {
+    const tensor_reference one_tensor({0, n}, init, ao);
     strata::host_tier tier(strata::host_tier_options{.name = "b16"});
     opt_t opt(tier, init, ao, options(200, 0, n, ao));
     std::vector<strata::bf16> model(n);
     const auto g = random_grads<strata::bf16>(n, 82);
-    const std::vector<strata::gradient_range<strata::bf16>> all = {{0, std::span<const strata::bf16>(g)}};
-    strata::step_options adopt;
-    adopt.adopt_model = true;
-    opt.step(std::span<const strata::gradient_range<strata::bf16>>(all), 1e-2, std::span<strata::bf16>(model));
+    opt.step(span_of(tensors_of<strata::bf16>(one_tensor, {0}, g, model)), 1e-2);
     std::vector<float> master(n);
     opt.read_master(master);
     model[10] = strata::bf16(2.5f);
-    // A master whose rounding the copy still holds keeps its extra bits.
+    // A master whose rounding the weight still holds keeps its extra bits.
     REQUIRE(master[11] != static_cast<float>(model[11]));
     // One gradient in subgroup 0: parameters 10 and 11 have none but their subgroup is updated.
-    const std::vector<strata::gradient_range<strata::bf16>> one = {{50, std::span<const strata::bf16>(g).subspan(50, 1)}};
-    opt.step(std::span<const strata::gradient_range<strata::bf16>>(one), 1e-2, std::span<strata::bf16>(model), adopt);
+    const std::span<const strata::bf16> gs(g);
+    const std::span<strata::bf16> ms(model);
+    const std::vector<strata::param_tensor<strata::bf16, strata::bf16>> tensors = {
+        {0, 50, {}, ms.first(50)}, {50, 1, gs.subspan(50, 1), ms.subspan(50, 1)}, {51, n - 51, {}, ms.subspan(51)}};
+    opt.step(span_of(tensors), 1e-2, adopt);
     std::vector<float> after(n);
     opt.read_master(after);
     CHECK(after[10] == 2.5f);
@@ -289,7 +292,7 @@ TEST_CASE("with adopt_model the master weights follow a model copy written betwe
   }
 }
 
-TEST_CASE("a save with the model copy holds the weights written into it; the running state is unchanged") {
+TEST_CASE("a save with the tensors holds the weights written into them; the running state is unchanged") {
   const std::size_t n = 600;
   strata::adamw_options ao;
   const auto init = random_params(n, 9);
@@ -302,9 +305,11 @@ TEST_CASE("a save with the model copy holds the weights written into it; the run
   opt.read_master(before);
   model[3] = 7.0f;
   model[450] = -7.0f;
-  const fs::path dir = fs::temp_directory_path() / ("strata-ranges-save-" + std::to_string(::getpid()));
+  const fs::path dir = fs::temp_directory_path() / ("strata-tensors-save-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  opt.save(dir, std::span<const float>(model));
+  const std::vector<strata::param_tensor<float, float>> tensors = {{0, 400, {}, std::span<float>(model).first(400)},
+                                                                   {400, 200, {}, std::span<float>(model).subspan(400)}};
+  opt.save(dir, span_of(tensors));
   std::vector<float> running(n);
   opt.read_master(running);
   CHECK(same_bits(running, before));
@@ -327,22 +332,25 @@ TEST_CASE("optimizers over parts of one model share one clip decision from their
   strata::host_tier a_tier(strata::host_tier_options{.name = "a"}), b_tier(strata::host_tier_options{.name = "b"});
   opt_t a(a_tier, std::span<const float>(init).first(half), ao, options(200, 0, half, ao));
   opt_t b(b_tier, std::span<const float>(init).subspan(half), ao, options(200, 0, n - half, ao));
+  std::vector<float> wm(init), model(init);
+  const std::span<float> ms(model);
   for (int s = 0; s < 3; ++s) {
     const auto g = random_grads<float>(n, 100 + static_cast<std::uint64_t>(s));
-    const std::vector<strata::gradient_range<float>> ga = {{0, std::span<const float>(g).first(half)}};
-    const std::vector<strata::gradient_range<float>> gb = {{0, std::span<const float>(g).subspan(half)}};
-    const auto sa = a.gradient_stats(std::span<const strata::gradient_range<float>>(ga));
-    const auto sb = b.gradient_stats(std::span<const strata::gradient_range<float>>(gb));
+    const std::span<const float> gs(g);
+    const std::vector<strata::param_tensor<float, float>> ta = {{0, half, gs.first(half), ms.first(half)}};
+    const std::vector<strata::param_tensor<float, float>> tb = {{0, n - half, gs.subspan(half), ms.subspan(half)}};
+    const auto sa = a.gradient_stats(span_of(ta));
+    const auto sb = b.gradient_stats(span_of(tb));
     CHECK(sa.count + sb.count == n);
-    std::vector<float> wm(init), am(half), bm(n - half);
-    const auto ws = whole.step(std::span<const float>(g), 1e-2, std::span<float>(wm));
+    const auto ws = whole.step(gs, 1e-2, std::span<float>(wm));
     REQUIRE(ws.grad_norm.has_value());
     CHECK(*ws.grad_norm == doctest::Approx(std::sqrt(sa.sum_squares + sb.sum_squares)).epsilon(1e-12));
-    CHECK(ws.clip < 1.0f);
+    const auto d = strata::decide_step(sa.sum_squares + sb.sum_squares, 0.05);
+    CHECK(d.clip < 1.0f);
     strata::step_options opts;
     opts.decision = strata::step_decision{false, *ws.grad_norm, ws.clip};
-    a.step(std::span<const strata::gradient_range<float>>(ga), 1e-2, std::span<float>(am), opts);
-    b.step(std::span<const strata::gradient_range<float>>(gb), 1e-2, std::span<float>(bm), opts);
+    a.step(span_of(ta), 1e-2, opts);
+    b.step(span_of(tb), 1e-2, opts);
   }
   std::vector<float> w(n), pa(half), pb(n - half);
   whole.read_master(w);
@@ -350,13 +358,13 @@ TEST_CASE("optimizers over parts of one model share one clip decision from their
   b.read_master(pb);
   CHECK(same_bits(std::span<const float>(w).first(half), pa));
   CHECK(same_bits(std::span<const float>(w).subspan(half), pb));
+  CHECK(same_bits(model, wm));
   // A decision to skip changes nothing and does not count.
   const auto g = random_grads<float>(n, 200);
-  const std::vector<strata::gradient_range<float>> ga = {{0, std::span<const float>(g).first(half)}};
+  const std::vector<strata::param_tensor<float, float>> ta = {{0, half, std::span<const float>(g).first(half), ms.first(half)}};
   strata::step_options skip;
   skip.decision = strata::step_decision{true, std::numeric_limits<double>::infinity(), 1.0f};
-  std::vector<float> am(half);
-  const auto st = a.step(std::span<const strata::gradient_range<float>>(ga), 1e-2, std::span<float>(am), skip);
+  const auto st = a.step(span_of(ta), 1e-2, skip);
   CHECK(st.skipped);
   CHECK(a.step_count() == 3);
   std::vector<float> after(half);
@@ -364,7 +372,8 @@ TEST_CASE("optimizers over parts of one model share one clip decision from their
   CHECK(same_bits(after, pa));
 }
 
-TEST_CASE("gradient ranges out of order, overlapping, empty or past the parameters are config errors naming the range") {
+TEST_CASE("tensors out of order, overlapping, empty, past the parameters or of the wrong size are config errors "
+          "naming the tensor") {
   const std::size_t n = 300;
   strata::adamw_options ao;
   const auto init = random_params(n, 11);
@@ -373,26 +382,24 @@ TEST_CASE("gradient ranges out of order, overlapping, empty or past the paramete
   const auto g = random_grads<float>(n, 12);
   const std::span<const float> gs(g);
   std::vector<float> model(init);
-  const auto fails = [&](std::vector<strata::gradient_range<float>> r, const char* text) {
+  const auto fails = [&](std::vector<strata::param_tensor<float, float>> t, const char* text) {
     try {
-      opt.step(std::span<const strata::gradient_range<float>>(r), 1e-3, std::span<float>(model));
+      opt.step(span_of(t), 1e-3);
       FAIL("no error");
     } catch (const strata::config_error& e) {
       CHECK(std::string(e.what()).find(text) != std::string::npos);
     }
   };
-  fails({{100, gs.subspan(100, 10)}, {0, gs.first(10)}}, "gradient range 1 [0, 10)");
-  fails({{0, gs.first(20)}, {10, gs.subspan(10, 5)}}, "not overlap");
-  fails({{0, gs.first(0)}}, "is empty");
-  fails({{290, gs.subspan(0, 20)}}, "passes the 300 parameters");
-  strata::step_options adopt;
-  adopt.adopt_model = true;
-  CHECK_THROWS_AS(opt.step(std::span<const strata::gradient_range<float>>(), 1e-3, std::span<float>(), adopt),
-                  strata::config_error);
+  fails({{100, 10, gs.subspan(100, 10), {}}, {0, 10, gs.first(10), {}}}, "tensor 1 [0, 10)");
+  fails({{0, 20, gs.first(20), {}}, {10, 5, gs.subspan(10, 5), {}}}, "not overlap");
+  fails({{0, 0, {}, {}}}, "is empty");
+  fails({{290, 20, gs.subspan(0, 20), {}}}, "passes the 300 parameters");
+  fails({{0, 20, gs.first(19), {}}}, "has 19 gradients for 20 parameters");
+  fails({{0, 20, gs.first(20), std::span<float>(model).first(21)}}, "has 21 weights for 20 parameters");
   CHECK(opt.step_count() == 0);
 }
 
-TEST_CASE("a failed step over gradient ranges retries bit for bit, and only with the same ranges") {
+TEST_CASE("a failed step over tensors retries bit for bit, and only with gradients for the same parameters") {
   const std::size_t n = 1000;
   strata::adamw_options ao;
   const auto init = random_params(n, 13);
@@ -401,25 +408,29 @@ TEST_CASE("a failed step over gradient ranges retries bit for bit, and only with
   strata::offloaded_adamw<strata::faulty<strata::host_tier>> opt(tier, init, ao, options(200, 0, n, ao));
   std::vector<float> model(init), ref_model(init);
   const auto g = random_grads<float>(n, 14);
-  const auto ranges = ranges_of<float>(ref, schedule[1], g);
+  const auto tensors = tensors_of<float>(ref, schedule[1], g, model);
   tier.inject({.kind = strata::fault_kind::eio, .op = strata::fault_op::write, .object = {}, .after = 1, .times = 1});
-  CHECK_THROWS_AS(opt.step(std::span<const strata::gradient_range<float>>(ranges), 1e-2, std::span<float>(model)),
-                  strata::io_error);
-  const auto other = ranges_of<float>(ref, schedule[2], g);
-  CHECK_THROWS_AS(opt.step(std::span<const strata::gradient_range<float>>(other), 1e-2, std::span<float>(model)),
-                  strata::config_error);
+  CHECK_THROWS_AS(opt.step(span_of(tensors), 1e-2), strata::io_error);
+  CHECK_THROWS_AS(opt.step(span_of(tensors_of<float>(ref, schedule[2], g, model)), 1e-2), strata::config_error);
   CHECK_THROWS_AS(opt.step(std::span<const float>(g), 1e-2), strata::config_error);
   tier.clear();
-  opt.step(std::span<const strata::gradient_range<float>>(ranges), 1e-2, std::span<float>(model));
+  opt.step(span_of(tensors), 1e-2);
   ref.step<float, float>(schedule[1], g, 1e-2, ref_model);
   require_state(opt, ref);
+  CHECK(same_bits(model, ref_model));
   CHECK(opt.step_count() == 1);
 }
 
-TEST_CASE("the run-time optimizer steps over gradient ranges and starts from per-parameter step counts") {
+TEST_CASE("the run-time optimizer steps over tensors, starts from 16-bit weights and from per-parameter step counts") {
   const std::size_t n = 1000;
   strata::adamw_options ao;
-  const auto init = random_params(n, 15);
+  const auto init32 = random_params(n, 15);
+  std::vector<strata::bf16> model(n), ref_model(n);
+  std::vector<float> init(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    model[i] = ref_model[i] = strata::bf16(init32[i]);
+    init[i] = static_cast<float>(model[i]);
+  }
   tensor_reference ref(bounds, init, ao);
   strata::offloaded_adamw_config c;
   c.paths.resize(2);
@@ -427,24 +438,21 @@ TEST_CASE("the run-time optimizer steps over gradient ranges and starts from per
   c.paths[1].name = "b";
   c.offload.subgroup_elems = 200;
   c.offload.threads = 2;
-  auto opt = strata::make_offloaded_adamw(c, init);
-  std::vector<strata::bf16> model(n), ref_model(n);
+  auto opt = strata::make_offloaded_adamw(c, strata::host_weights(std::span<const strata::bf16>(model)));
   for (std::size_t s = 0; s < 3; ++s) {
     const auto g = random_grads<strata::bf16>(n, 110 + s);
-    const auto ranges = ranges_of<strata::bf16>(ref, schedule[s], g);
-    opt->step(std::span<const strata::gradient_range<strata::bf16>>(ranges), 1e-2,
-              strata::host_model_span(std::span<strata::bf16>(model)), strata::step_options{});
+    opt->step(span_of(tensors_of<strata::bf16>(ref, schedule[s], g, model)), 1e-2, strata::step_options{});
     ref.step<strata::bf16, strata::bf16>(schedule[s], g, 1e-2, ref_model);
   }
   require_state(*opt, ref);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(same_bits(model[i], ref_model[i]));
   // The same state handed to a new optimizer with its step runs continues identically.
   const auto runs = opt->param_step_counts().runs();
   const std::vector<strata::param_step_run> copy(runs.begin(), runs.end());
   strata::adamw_state_view st{ref.m, ref.v, {}, opt->step_count(), copy};
   auto again = strata::make_offloaded_adamw(c, ref.p, st);
   CHECK(again->param_step_counts() == opt->param_step_counts());
-  st.step_runs = {};
-  std::vector<strata::param_step_run> too_many = {{0, 9}};
+  const std::vector<strata::param_step_run> too_many = {{0, 9}};
   st.step_runs = too_many;
   CHECK_THROWS_AS(strata::make_offloaded_adamw(c, ref.p, st), strata::config_error);
 }
@@ -468,4 +476,4 @@ TEST_CASE("param_steps advances ranges and merges equal runs; bad runs are refus
   CHECK_THROWS_AS(strata::param_steps::from_runs(100, unordered, "t"), strata::config_error);
 }
 
-}  // namespace gradient_ranges_test
+}  // namespace param_tensors_test
