@@ -326,28 +326,6 @@ std::vector<strata::param_step_run> step_runs_of(nb::handle h) {
   return runs;
 }
 
-std::unique_ptr<optimizer> create(const array& params, nb::handle exp_avg, nb::handle exp_avg_sq,
-                                  nb::handle max_exp_avg_sq, std::uint64_t step, nb::handle step_runs, nb::kwargs kw) {
-  const auto c = config_of(nb::dict(kw));
-  check_flat(params, "params");
-  const auto k = kind_of(params, "params");
-  const strata::host_weights p = k == dtype_kind::f32    ? strata::host_weights(span_of<const float>(params))
-                                      : k == dtype_kind::bf16 ? strata::host_weights(span_of<const strata::bf16>(params))
-                                                              : strata::host_weights(span_of<const strata::fp16>(params));
-  const auto m = optional_array(exp_avg);
-  const auto v = optional_array(exp_avg_sq);
-  const auto vmax = optional_array(max_exp_avg_sq);
-  const auto runs = step_runs_of(step_runs);
-  strata::adamw_state_view state;
-  if (m) state.exp_avg = floats(*m, "exp_avg");
-  if (v) state.exp_avg_sq = floats(*v, "exp_avg_sq");
-  if (vmax) state.max_exp_avg_sq = floats(*vmax, "max_exp_avg_sq");
-  state.step = step;
-  state.step_runs = runs;
-  nb::gil_scoped_release unlocked;
-  return std::make_unique<optimizer>(strata::make_offloaded_adamw(c, p, state));
-}
-
 std::unique_ptr<optimizer> load(const std::string& dir, nb::kwargs kw) {
   const auto c = config_of(nb::dict(kw));
   nb::gil_scoped_release unlocked;
@@ -446,6 +424,39 @@ auto with_tensors(const tensor_list& list, F&& fn) {
     case dtype_kind::f16: break;
   }
   return as(strata::fp16{});
+}
+
+// `params`: one flat array, or tensors [(first, count, None, weights), ...] covering every
+// parameter once (no flat copy of the model is made).
+std::unique_ptr<optimizer> create(nb::handle params, nb::handle exp_avg, nb::handle exp_avg_sq,
+                                  nb::handle max_exp_avg_sq, std::uint64_t step, nb::handle step_runs, nb::kwargs kw) {
+  const auto c = config_of(nb::dict(kw));
+  const auto m = optional_array(exp_avg);
+  const auto v = optional_array(exp_avg_sq);
+  const auto vmax = optional_array(max_exp_avg_sq);
+  const auto runs = step_runs_of(step_runs);
+  strata::adamw_state_view state;
+  if (m) state.exp_avg = floats(*m, "exp_avg");
+  if (v) state.exp_avg_sq = floats(*v, "exp_avg_sq");
+  if (vmax) state.max_exp_avg_sq = floats(*vmax, "max_exp_avg_sq");
+  state.step = step;
+  state.step_runs = runs;
+  const auto build = [&](strata::host_weights w) {
+    nb::gil_scoped_release unlocked;
+    return std::make_unique<optimizer>(strata::make_offloaded_adamw(c, w, state));
+  };
+  if (nb::isinstance<nb::list>(params) || nb::isinstance<nb::tuple>(params)) {
+    const auto list = tensors_of(params);
+    return with_tensors(list, [&](auto tensors) { return build(strata::host_weights(tensors)); });
+  }
+  const auto a = nb::cast<array>(params, false);
+  check_flat(a, "params");
+  switch (kind_of(a, "params")) {
+    case dtype_kind::f32: return build(strata::host_weights(span_of<const float>(a)));
+    case dtype_kind::bf16: return build(strata::host_weights(span_of<const strata::bf16>(a)));
+    case dtype_kind::f16: break;
+  }
+  return build(strata::host_weights(span_of<const strata::fp16>(a)));
 }
 
 nb::dict step_tensors(optimizer& self, nb::handle rates_in, nb::handle tensors_in, bool adopt_model,

@@ -455,6 +455,16 @@ TEST_CASE("the run-time optimizer steps over tensors, starts from 16-bit weights
   const std::vector<strata::param_step_run> too_many = {{0, 9}};
   st.step_runs = too_many;
   CHECK_THROWS_AS(strata::make_offloaded_adamw(c, ref.p, st), strata::config_error);
+  // Started from the tensors' own weights: the same master weights, no flat copy needed.
+  const auto tensors = tensors_of<strata::bf16>(ref, {}, {}, model);
+  auto from_tensors = strata::make_offloaded_adamw(c, strata::host_weights(span_of(tensors)));
+  std::vector<float> master(n);
+  from_tensors->read_master(master);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(master[i] == static_cast<float>(model[i]));
+  const std::vector<strata::param_tensor<strata::bf16, strata::bf16>> with_a_gap = {
+      {0, 100, {}, std::span<strata::bf16>(model).first(100)}, {200, n - 200, {}, std::span<strata::bf16>(model).subspan(200)}};
+  c.offload.object_prefix = "other";
+  CHECK_THROWS_AS(strata::make_offloaded_adamw(c, strata::host_weights(span_of(with_a_gap)), {}), strata::config_error);
 }
 
 TEST_CASE("param_steps advances ranges and merges equal runs; bad runs are refused") {

@@ -285,8 +285,10 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
 
   template <class P>
   void create(const offloaded_adamw_config& c, std::span<const P> params, const adamw_state_view& state) {
+    std::size_t n = params.size();
+    if constexpr (is_param_tensor_v<P>) n = params.empty() ? 0 : params.back().first + params.back().count;
     opt_.emplace(optimizer::from_state(tier_, *exec_, params, state, c.adamw,
-                                       Preset::options(params.size(), c.adamw, c.offload, site_.uses_device()),
+                                       Preset::options(n, c.adamw, c.offload, site_.uses_device()),
                                        typename Preset::order{},
                                        typename Preset::eviction{}, site_, c.trace));
   }
@@ -459,13 +461,20 @@ std::unique_ptr<any_offloaded_adamw_on<Exec>> make_runtime(offloaded_adamw_confi
                                                [&](auto& o, const offloaded_adamw_config& c) { o.create(c, params, state); });
 }
 
-/// Weights a run-time optimizer starts from: fp32, or a 16-bit model's own (widened exactly).
-/// Explicit, so that a float array still picks the overload above.
+/// Weights a run-time optimizer starts from: fp32, or a 16-bit model's own (widened exactly),
+/// one flat array or the framework's tensors (param_tensor, covering every parameter once; no
+/// flat copy is made). Explicit, so that a float array still picks the overload above.
 struct host_weights {
   explicit host_weights(std::span<const float> w) noexcept : span(w) {}
   explicit host_weights(std::span<const bf16> w) noexcept : span(w) {}
   explicit host_weights(std::span<const fp16> w) noexcept : span(w) {}
-  std::variant<std::span<const float>, std::span<const bf16>, std::span<const fp16>> span;
+  explicit host_weights(std::span<const param_tensor<float, float>> w) noexcept : span(w) {}
+  explicit host_weights(std::span<const param_tensor<bf16, bf16>> w) noexcept : span(w) {}
+  explicit host_weights(std::span<const param_tensor<fp16, fp16>> w) noexcept : span(w) {}
+  std::variant<std::span<const float>, std::span<const bf16>, std::span<const fp16>,
+               std::span<const param_tensor<float, float>>, std::span<const param_tensor<bf16, bf16>>,
+               std::span<const param_tensor<fp16, fp16>>>
+      span;
 };
 
 /// As above, from a model's weights in its own type (no fp32 copy of a 16-bit model needed).

@@ -75,6 +75,7 @@
 #include "strata/offload/checkpoint_manifest.hpp"
 #include "strata/offload/detail/offload_core.hpp"
 #include "strata/offload/offload_options.hpp"
+#include "strata/offload/param_tensors.hpp"
 #include "strata/optim/adamw_math.hpp"
 #include "strata/optim/adamw_state.hpp"
 #include "strata/policy/any_eviction_policy.hpp"
@@ -147,12 +148,17 @@ class offloaded_adamw : public detail::offload_core<Exec> {
   /// As above, with device updates on `exec` where `site` says. The weights may be 16-bit (a
   /// bf16 or fp16 model's own, widened exactly to the fp32 master), so no fp32 copy of the model
   /// is needed to start.
-  template <model_copy_type P>
+  /// (`params` may also be framework tensors' weights, a span of param_tensor covering every
+  /// parameter once, whose gradients are not used: no flat copy of the model is made.)
+  template <class P>
+    requires model_copy_type<P> || is_param_tensor_v<P>
   [[nodiscard]] static offloaded_adamw from_state(Tier& tier, Exec& exec, std::span<const P> params,
                                                   const adamw_state_view& state, adamw_options options,
                                                   offload_options offload = {}, Order order = Order{},
                                                   Evict evict = Evict{}, Site site = Site{}, tracer* trace = nullptr) {
-    offloaded_adamw opt(tier, &exec, params.size(), options, std::move(offload), std::move(order), std::move(evict),
+    std::size_t n = params.size();
+    if constexpr (is_param_tensor_v<P>) n = params.empty() ? 0 : params.back().first + params.back().count;
+    offloaded_adamw opt(tier, &exec, n, options, std::move(offload), std::move(order), std::move(evict),
                         std::move(site), trace);
     opt.check_tier_room();
     opt.initialize_from(params, state);

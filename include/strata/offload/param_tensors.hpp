@@ -34,6 +34,11 @@ struct param_tensor {
   std::span<H> model{};
 };
 
+template <class T>
+inline constexpr bool is_param_tensor_v = false;
+template <class G, class H>
+inline constexpr bool is_param_tensor_v<param_tensor<G, H>> = true;
+
 /// The parameters a step's tensors give gradients for, as ascending disjoint runs [lo, hi).
 class gradient_coverage {
  public:

@@ -581,6 +581,37 @@ class offload_core {
   // existing.step steps.
   template <class P>  // float, or a 16-bit model's weights (widened exactly)
   void initialize_from(std::span<const P> params, const adamw_state_view& existing) {
+    STRATA_EXPECTS(params.size() == layout_.params, config_error, "offloaded_adamw: {} weights for {} parameters",
+                   params.size(), layout_.params);
+    initialize_with(existing, [&](std::size_t s, float* master) {
+      for (std::size_t i = 0; i < length(s); ++i) master[i] = static_cast<float>(params[begin(s) + i]);
+    });
+  }
+  // The same from framework tensors' weights (param_tensor; their gradients are not used), which
+  // must cover every parameter: no flat copy of the model is made.
+  template <class G, class H>
+  void initialize_from(std::span<const param_tensor<G, H>> tensors, const adamw_state_view& existing) {
+    (void)gradient_coverage::of(tensors, layout_.params, "offloaded_adamw");
+    std::size_t covered = 0;
+    for (const auto& t : tensors) {
+      STRATA_EXPECTS(t.model.size() == t.count, config_error,
+                     "offloaded_adamw: the tensor at parameter {} brings no weights to start from", t.first);
+      covered += t.count;
+    }
+    STRATA_EXPECTS(covered == layout_.params, config_error, "offloaded_adamw: the tensors hold {} of the {} parameters",
+                   covered, layout_.params);
+    const piece_source<G, H> pieces{{}, nullptr, &layout_, tensors, false, true};
+    initialize_with(existing, [&](std::size_t s, float* master) {
+      pieces.for_each(s, {}, [&](std::size_t lo, std::size_t hi, std::span<const G>, std::span<H> w) {
+        for (std::size_t i = lo; i < hi; ++i) master[i - begin(s)] = static_cast<float>(w[i - lo]);
+      });
+    });
+  }
+
+  // The first state: each subgroup's master weights from `master_of(s, master)`, existing
+  // moments (zeros where `existing` has none), after existing.step steps.
+  template <class MasterOf>
+  void initialize_with(const adamw_state_view& existing, MasterOf&& master_of) {
     existing.validate(layout_.params, options_.amsgrad, "offloaded_adamw");
     // (validated before anything is written)
     param_steps steps = existing.step_runs.empty()
@@ -589,13 +620,10 @@ class offload_core {
     STRATA_EXPECTS(steps.max() <= existing.step, config_error,
                    "offloaded_adamw: a parameter has taken {} steps, more than the state's {}", steps.max(),
                    existing.step);
-    STRATA_EXPECTS(params.size() == layout_.params, config_error, "offloaded_adamw: {} weights for {} parameters",
-                   params.size(), layout_.params);
     const std::span<const float> arrays[] = {{}, existing.exp_avg, existing.exp_avg_sq, existing.max_exp_avg_sq};
     write_initial_state([&](std::size_t s, std::span<std::byte> state) {
       const std::size_t n = length(s);
-      float* master = reinterpret_cast<float*>(state.data());
-      for (std::size_t i = 0; i < n; ++i) master[i] = static_cast<float>(params[begin(s) + i]);
+      master_of(s, reinterpret_cast<float*>(state.data()));
       for (std::size_t a = 1; a < layout_.sections; ++a) {
         std::byte* to = state.data() + a * n * sizeof(float);
         if (arrays[a].empty())
