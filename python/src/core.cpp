@@ -168,7 +168,9 @@ strata::offload_path_config path_of(nb::handle h, std::size_t i) {
     nb::dict d = nb::borrow<nb::dict>(h);
     d = nb::dict(d);  // a copy: take() removes the keys it reads
     p.directory = take<std::string>(d, "directory", "");
+    p.url = take<std::string>(d, "url", "");
     p.name = take<std::string>(d, "name", "");
+    p.node_limited = take<bool>(d, "node_limited", false);
     p.read_cap = take<double>(d, "read_cap", 0);
     p.write_cap = take<double>(d, "write_cap", 0);
     p.read_bandwidth = take<double>(d, "read_bandwidth", 0);
@@ -178,7 +180,11 @@ strata::offload_path_config path_of(nb::handle h, std::size_t i) {
     return p;
   }
   if (h.is_none()) return p;  // host memory
-  p.directory = nb::cast<std::string>(nb::str(h));  // str or os.PathLike (its str is the path)
+  const auto text = nb::cast<std::string>(nb::str(h));  // str or os.PathLike (its str is the path)
+  if (text.rfind("s3://", 0) == 0)
+    p.url = text;
+  else
+    p.directory = text;
   return p;
 }
 
@@ -210,11 +216,12 @@ strata::offloaded_adamw_config config_of(nb::dict options) {
   o.write_behind_depth = take<std::size_t>(d, "write_behind_depth", o.write_behind_depth);
   o.threads = take<std::size_t>(d, "threads", o.threads);
   const std::string residency = take<std::string>(d, "gradients", "host");
-  if (residency != "host" && residency != "tier" && residency != "automatic")
-    config_fail(fmt::format("strata: gradients='{}' (expected 'host', 'tier' or 'automatic')", residency));
-  o.gradients = residency == "host"  ? strata::gradient_residency::host
-                : residency == "tier" ? strata::gradient_residency::tier
-                                      : strata::gradient_residency::automatic;
+  if (residency != "host" && residency != "tier" && residency != "automatic" && residency != "caller")
+    config_fail(fmt::format("strata: gradients='{}' (expected 'host', 'tier', 'automatic' or 'caller')", residency));
+  o.gradients = residency == "host"        ? strata::gradient_residency::host
+                : residency == "tier"      ? strata::gradient_residency::tier
+                : residency == "caller"    ? strata::gradient_residency::caller
+                                           : strata::gradient_residency::automatic;
   o.max_grad_norm = take<double>(d, "max_grad_norm", o.max_grad_norm);
   o.loss_scaling.enabled = take<bool>(d, "loss_scaling", false);
   o.loss_scaling.init_scale = take<double>(d, "init_scale", o.loss_scaling.init_scale);
@@ -226,6 +233,7 @@ strata::offloaded_adamw_config config_of(nb::dict options) {
   c.stripe_paths = take<bool>(d, "stripe_paths", c.stripe_paths);
   c.scope_paths = take<bool>(d, "scope_paths", c.scope_paths);
   c.node_limiter_permits = take<std::size_t>(d, "node_limiter_permits", c.node_limiter_permits);
+  c.node_limiter_name = take<std::string>(d, "node_limiter_name", c.node_limiter_name);
   if (d.size() != 0) config_fail(fmt::format("strata: unknown options {}", nb::cast<std::string>(nb::str(d.keys()))));
   return c;
 }

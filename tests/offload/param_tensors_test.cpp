@@ -467,6 +467,29 @@ TEST_CASE("the run-time optimizer steps over tensors, starts from 16-bit weights
   CHECK_THROWS_AS(strata::make_offloaded_adamw(c, strata::host_weights(span_of(with_a_gap)), {}), strata::config_error);
 }
 
+TEST_CASE("gradients kept by the caller need no store: the strata preset gives that room to the cache, and "
+          "accept_gradients is refused") {
+  const std::size_t n = 100000;
+  strata::adamw_options ao;
+  strata::offload_options base;
+  base.subgroup_elems = 4096;
+  base.host_memory_budget = 8 << 20;
+  const auto host = strata::presets::strata_preset::options(n, ao, base);
+  base.gradients = strata::gradient_residency::caller;
+  const auto caller = strata::presets::strata_preset::options(n, ao, base);
+  CHECK(caller.host_cache_bytes > host.host_cache_bytes);
+  CHECK(strata::presets::mlp_offload::options(n, ao, base).gradients == strata::gradient_residency::caller);
+  const auto init = random_params(1000, 20);
+  strata::host_tier tier(strata::host_tier_options{.name = "caller"});
+  auto off = options(200, 0, 1000, ao);
+  off.gradients = strata::gradient_residency::caller;
+  opt_t opt(tier, init, ao, off);
+  const auto g = random_grads<float>(1000, 21);
+  CHECK_THROWS_AS(opt.accept_gradients_at(0, std::span<const float>(g)), strata::config_error);
+  opt.step(std::span<const float>(g), 1e-3);
+  CHECK(opt.step_count() == 1);
+}
+
 TEST_CASE("param_steps advances ranges and merges equal runs; bad runs are refused") {
   strata::param_steps p(100, 2);
   p.advance(10, 20);

@@ -27,10 +27,20 @@ enum class gradient_residency : std::uint8_t {
   /// gradients at 4 bytes each (fp32, the widest they come in), else tier: decided at
   /// construction, before anything is written (offload().gradients tells which).
   automatic,
+  /// The caller keeps its gradients and gives them to each step (a span of every parameter's,
+  /// or framework tensors: param_tensor), so no store is kept or budgeted; accept_gradients is
+  /// refused.
+  caller,
 };
 
 [[nodiscard]] constexpr std::string_view to_string(gradient_residency g) noexcept {
-  return g == gradient_residency::host ? "host" : g == gradient_residency::tier ? "tier" : "automatic";
+  switch (g) {
+    case gradient_residency::host: return "host";
+    case gradient_residency::tier: return "tier";
+    case gradient_residency::automatic: return "automatic";
+    case gradient_residency::caller: return "caller";
+  }
+  return "unknown";
 }
 
 /// Subgroup size, host memory and pipeline of an offloaded_adamw.

@@ -98,7 +98,7 @@ struct mlp_offload {
 
   [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {},
                                                bool /*device*/ = false) {
-    base.gradients = gradient_residency::host;
+    if (base.gradients != gradient_residency::caller) base.gradients = gradient_residency::host;
     base.prefetch_depth = 1;  // per path: its swapper's one async swap-in and one async swap-out
     base.write_behind_depth = 1;
     if (base.host_cache_bytes == 0 && !base.cache_subgroups) base.host_cache_bytes = default_kept * detail::slot_footprint(params, a, base);

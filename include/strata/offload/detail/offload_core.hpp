@@ -187,6 +187,7 @@ class offload_core {
   /// subgroups. Ranges must not overlap within a step.
   template <gradient_type G>
   void accept_gradients_at(std::size_t first, std::span<const G> grads) {
+    check_accepts();
     s_->intake.check(first, grads.size());
     if (layout_.tier_gradients) {  // (the intake sums them for the norm as they are staged)
       stage_gradients_to_tier(grads, first);
@@ -231,6 +232,7 @@ class offload_core {
   /// residency only; `grads` must stay valid until step().
   template <gradient_type G>
   void accept_gradients_at(std::size_t first, device_span<const G> grads, const event_type& ready) {
+    check_accepts();
     STRATA_EXPECTS(!layout_.tier_gradients, config_error,
                    "offloaded_adamw::accept_gradients: gradients in device memory need gradient_residency::host");
     auto& in = s_->intake;
@@ -715,6 +717,12 @@ class offload_core {
         fn(s, std::span<const std::byte>(copy));
       });
     };
+  }
+
+  void check_accepts() const {
+    STRATA_EXPECTS(offload_.gradients != gradient_residency::caller, config_error,
+                   "offloaded_adamw::accept_gradients: gradient_residency::caller keeps no gradients between calls: give "
+                   "them to step()");
   }
 
   // Whether the gradients are summed before a step (clipping or loss scaling needs the norm).
