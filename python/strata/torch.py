@@ -1,28 +1,43 @@
 """strata.torch.OffloadedAdamW: torch.optim.AdamW whose state lives on strata's tiers.
 
 The fp32 master weights and both moments (and the running maximum with amsgrad) of every
-parameter live in files under ``paths`` (NVMe, a parallel file system) behind a bounded host
-cache, and are streamed through strata's pipeline at each step; the model's own tensors (fp32,
-bf16 or fp16) receive the updated weights in place. The update is AdamW's, bit for bit the same
-arithmetic as torch.optim.AdamW(foreach=False) up to the order of floating-point operations
-(see the README's PyTorch section for the measured agreement).
+parameter live in files under ``paths`` (NVMe, a parallel file system, an S3 bucket) behind a
+bounded host cache, and are streamed through strata's pipeline at each step; the model's own
+tensors (fp32, bf16 or fp16, on the CPU or a GPU) receive the updated weights in place. The update
+is AdamW's, the same arithmetic as torch.optim.AdamW(foreach=False) up to the order of
+floating-point operations (see the README's PyTorch section for the measured agreement).
 
-Gradients reach strata while backward runs (``handover="backward"``, the default): a hook on
-each parameter hands its gradient over as soon as it is accumulated, so the copy overlaps the
-rest of backward. ``handover="step"`` takes ``p.grad`` at ``step()`` instead, for code that
-changes the gradients between backward and step (torch's clip_grad_norm_, GradScaler.unscale_).
+It trains as torch's AdamW does wherever that one is used:
 
-The master weights are strata's: change the model's weights after building the optimizer only
-through ``load_state_dict`` (or build the optimizer after loading the model).
+- Gradients are read from ``p.grad`` at ``step()``, after whatever the loop did to them (HF
+  Trainer's and accelerate's clipping, ``clip_grad_norm_``, ``GradScaler.unscale_``,
+  DistributedDataParallel's all-reduce, gradient accumulation). A gradient copied earlier, while
+  backward ran (``handover``: on a GPU by default, where that copy overlaps backward), is used only
+  when it is provably unchanged; ``handover_used`` says what each step did.
+- The model is the truth between steps: weights written into it (``load_state_dict``, ``copy_``,
+  ``torch.nn.init``, a clamp) are what the next step starts from (fp32 exactly; a 16-bit model's
+  master weight becomes the written value, unless it is the value the master already rounds to).
+- A parameter without a gradient in a step is skipped as torch skips it (no moment, decay or
+  step-count change; each parameter keeps its own step count); frozen parameters are kept in
+  ``param_groups`` but hold no state until they get a gradient; parameters of several floating
+  dtypes and devices, per-group betas, and ``add_param_group`` after construction are taken.
+- ``state_dict()`` works with no argument and ``torch.save``s small: it names a strata checkpoint
+  under ``checkpoint_dir`` (default: ``strata-checkpoints`` under the first path), relative to
+  it, written only when the state changed since the last one; ``keep_checkpoints`` bounds how many
+  stay.
+- Under torch.distributed each rank holds and updates one shard of the state (ZeRO-1), and the
+  updated weights are broadcast so that every rank's model matches.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import weakref
-from typing import Any, Iterable, Optional
+from pathlib import Path
+from typing import Any, Iterable, List, Optional
 
 try:
     import torch
@@ -30,47 +45,266 @@ except ImportError as e:  # the native strata.Optimizer works without torch
     raise ImportError("strata.torch needs PyTorch >= 1.13: pip install torch, or on Debian 12 apt-get install "
                       "python3-torch and use a venv made with --system-site-packages") from e
 
-from . import _core
+from . import _core, _handover, _retention
 from ._core import ConfigError
 
 __all__ = ["OffloadedAdamW"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# Hyper-parameters strata fixes at construction; a group or scheduler changing them is an error.
+# Hyper-parameters fixed per segment at its creation; a scheduler changing them is an error.
 _FIXED = ("betas", "eps", "amsgrad", "maximize")
+_STATE_BYTES = 12  # fp32 master, m and v per parameter (16 with amsgrad)
+_PIPELINE_SLOTS = 10  # room for the deepest preset's pipeline (strata: prefetch 4, write-behind 4, 1 updating)
+_MAX_SUBGROUP = 1 << 24
+_MIN_SUBGROUP = 1 << 12
+_DEFAULT_BUDGET_CAP = 4 << 30
 
 
 def _has_post_accumulate_hook() -> bool:
     return hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
 
 
+def _is_dtensor(p: torch.Tensor) -> bool:
+    return type(p).__name__ == "DTensor" or hasattr(p, "_local_tensor")
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (FSDP2), or the tensor itself."""
+    if _is_dtensor(t):
+        return t.to_local() if hasattr(t, "to_local") else t._local_tensor
+    return t
+
+
+def _dist():
+    import torch.distributed as dist
+
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+class _Group:
+    """The process group a sharded optimizer works in (world 1 when not distributed)."""
+
+    def __init__(self, process_group: Any, shard: Optional[bool], dtensors: bool):
+        dist = _dist()
+        self.dist = dist
+        self.group = None
+        self.world, self.rank = 1, 0
+        if dist is not None:
+            self.group = process_group if process_group is not None else dist.group.WORLD
+            self.world = dist.get_world_size(self.group)
+            self.rank = dist.get_rank(self.group)
+        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank)) if dist is not None else 0
+        if shard and self.world == 1:
+            shard = False
+        if shard and dtensors:
+            raise ConfigError("strata.torch: shard=True with DTensor parameters: FSDP shards them already, and strata "
+                              "offloads each rank's local shard as it is (leave shard unset)")
+        self.shard = self.world > 1 and not dtensors if shard is None else bool(shard)
+        self.backend = dist.get_backend(self.group) if dist is not None else None
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    def comm_device(self) -> torch.device:
+        if self.backend == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def all_sum(self, values: List[float]) -> List[float]:
+        if self.world == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.comm_device())
+        self.dist.all_reduce(t, group=self.group)
+        return t.cpu().tolist()
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        if self.world == 1:
+            return obj
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=self.global_rank(src), group=self.group)
+        return box[0]
+
+    def global_rank(self, r: int) -> int:
+        if self.group is None or self.dist is None:
+            return r
+        if hasattr(self.dist, "get_global_rank"):
+            return self.dist.get_global_rank(self.group, r)
+        return self.dist.distributed_c10d._get_global_rank(self.group, r)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            self.dist.barrier(group=self.group)
+
+
+def _shares(numel: int, subgroup: int, world: int) -> List[tuple]:
+    """Each rank's contiguous share [lo, hi) of `numel` parameters, whole subgroups, balanced."""
+    groups = -(-numel // subgroup)
+    out = []
+    for r in range(world):
+        a, b = r * groups // world, (r + 1) * groups // world
+        out.append((min(numel, a * subgroup), min(numel, b * subgroup)))
+    return out
+
+
+class _Segment:
+    """The parameters of one dtype, device and set of fixed hyper-parameters that joined the
+    optimizer together, laid out one after the other, and the native optimizer over this rank's
+    share of them. Weights and gradients cross to strata as the tensors they are (CPU), or
+    through pinned host buffers of the share (GPU, DTensor shards)."""
+
+    def __init__(self, index: int, params: List[torch.nn.Parameter], group_of: List[int], hyper: dict, owner):
+        self.index = index
+        self.params = params
+        self.group_of = group_of
+        self.hyper = hyper
+        first = _local(params[0])
+        self.dtype = first.dtype
+        self.device = first.device
+        self.offsets = []
+        n = 0
+        for p in params:
+            self.offsets.append(n)
+            n += _local(p).numel()
+        self.numel = n
+        self.core: Optional[_core.Optimizer] = None
+        self.owner = weakref.ref(owner)
+        self.staged = self.device.type == "cuda" or any(_is_dtensor(p) for p in params) or owner._force_staging or \
+            any(not _local(p).is_contiguous() for p in params)
+        self.subgroup = 0
+        self.share = (0, n)
+        self.prefix = ""
+        self.weights_host: Optional[torch.Tensor] = None  # staged: this share's weights in host memory
+        self.grads_host: Optional[torch.Tensor] = None    # staged or early: this share's gradients
+        self.records: List[Optional[_handover.Record]] = [None] * len(params)
+        self.copy_event = None
+
+    # --- layout ---
+
+    def pieces(self):
+        """(i, at, a, k) for each parameter's part within this rank's share: parameter i's
+        elements [a, a + k) are the share's [at, at + k)."""
+        lo, hi = self.share
+        for i, (p, off) in enumerate(zip(self.params, self.offsets)):
+            k = _local(p).numel()
+            a, b = max(lo, off), min(hi, off + k)
+            if a < b:
+                yield i, a - lo, a - off, b - a
+
+    @property
+    def share_numel(self) -> int:
+        return self.share[1] - self.share[0]
+
+    # --- host buffers ---
+
+    def _pinned(self) -> bool:
+        return self.device.type == "cuda"
+
+    def weights_buffer(self) -> torch.Tensor:
+        if self.weights_host is None:
+            self.weights_host = torch.empty(self.share_numel, dtype=self.dtype, pin_memory=self._pinned())
+        return self.weights_host
+
+    def grads_buffer(self) -> torch.Tensor:
+        if self.grads_host is None:
+            self.grads_host = torch.empty(self.share_numel, dtype=self.dtype, pin_memory=self._pinned())
+        return self.grads_host
+
+    def wait_copies(self) -> None:
+        if self.copy_event is not None:
+            self.copy_event.synchronize()
+            self.copy_event = None
+
+    def stage_weights_in(self) -> None:
+        """Staged: the model's current weights of the share into host memory (the truth)."""
+        self.wait_copies()
+        buf = self.weights_buffer()
+        for i, at, a, k in self.pieces():
+            buf[at:at + k].copy_(_local(self.params[i]).detach().reshape(-1)[a:a + k], non_blocking=True)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def stage_weights_out(self, updated: List[bool]) -> None:
+        """Staged: the updated weights back into the model (those with a gradient this step)."""
+        buf = self.weights_buffer()
+        for i, at, a, k in self.pieces():
+            if updated[i]:
+                _local(self.params[i]).detach().reshape(-1)[a:a + k].copy_(buf[at:at + k], non_blocking=True)
+        if self.device.type == "cuda":
+            ev = torch.cuda.Event()
+            ev.record(torch.cuda.current_stream(self.device))
+            self.copy_event = ev
+
+    def tensors(self, grads: Optional[List[Optional[torch.Tensor]]]) -> list:
+        """The native step's tensors: (first, count, gradients or None, weights) per piece of the
+        share. `grads` holds, per parameter, its flat gradient over the share's pieces (or None)."""
+        out = []
+        buf = self.weights_host if self.staged else None
+        for i, at, a, k in self.pieces():
+            w = buf[at:at + k] if buf is not None else _local(self.params[i]).detach().reshape(-1)[a:a + k]
+            g = None if grads is None or grads[i] is None else grads[i][a:a + k]
+            out.append((at, k, g, w))
+        return out
+
+    def weights_for_core(self) -> list:
+        return [(at, k, None, w) for at, k, _, w in self.tensors(None)]
+
+
+class _ShareView:
+    """Slices of a parameter's gradient that live in its segment's host buffer (copied by a hook
+    or staged): param-relative [a:b] maps to the buffer's share-relative range."""
+
+    def __init__(self, seg: _Segment, i: int):
+        self.seg, self.i = seg, i
+
+    def __getitem__(self, sl: slice) -> torch.Tensor:
+        for j, at, a, k in self.seg.pieces():
+            if j == self.i:
+                lo = at + (sl.start - a)
+                return self.seg.grads_host[lo:lo + (sl.stop - sl.start)]
+        raise IndexError(sl)
+
+
 class OffloadedAdamW(torch.optim.Optimizer):
     """AdamW with its state offloaded to ``paths`` (see the module's doc).
 
     Args:
-        params: parameters or param groups, as for torch.optim.AdamW. Every parameter must
-            require grad, appear once, and share one dtype (float32, bfloat16 or float16) and device.
-        lr, betas, eps, weight_decay, amsgrad, maximize: as torch.optim.AdamW. Each group may set its
-            own lr and weight_decay (schedulers included); betas, eps, amsgrad and maximize are
-            fixed for the optimizer's life.
-        paths: directories for the state (str, os.PathLike, None for host memory, or a dict with
-            ``directory``, ``name``, ``read_cap``, ``write_cap``, ``read_bandwidth``,
-            ``write_bandwidth``). The ``strata`` preset spreads each subgroup's state over them in
-            proportion to their bandwidth.
-        cache: bytes of host memory that keep subgroups between steps (0: none).
-        subgroup_size: parameters per subgroup, the unit of transfer and caching.
+        params: parameters or param groups, as for torch.optim.AdamW: any floating dtype of
+            float32, bfloat16 and float16, on the CPU or CUDA, frozen or not, DTensor shards.
+        lr, betas, eps, weight_decay, amsgrad, maximize: as torch.optim.AdamW, per group.
+            Schedulers may change each group's lr and weight_decay; betas, eps, amsgrad and
+            maximize are fixed for a parameter once it has state.
+        paths: directories for the state (str, os.PathLike, ``s3://bucket/prefix``, None for host
+            memory, or a dict with ``directory`` or ``url``, ``name``, ``read_cap``, ``write_cap``,
+            ``read_bandwidth``, ``write_bandwidth``). ``{rank}`` and ``{local_rank}`` in a path
+            are replaced under torch.distributed. The ``strata`` preset spreads each subgroup's
+            state over them in proportion to their bandwidth.
+        host_memory_budget: host memory strata may use for its pipeline and cache, in bytes
+            (default: from the model: half what torch's AdamW would hold in memory, at most
+            4 GiB, at least what the pipeline needs).
+        cache: bytes of that budget that keep subgroups between steps (default: what the
+            pipeline leaves).
+        subgroup_size: parameters per subgroup, the unit of transfer and caching (default: from
+            the model and the budget).
         threads: CPU threads of the update (default: strata's, the usable cores).
         preset: "strata", "mlp_offload" (two paths: NVMe, PFS) or "zero_infinity" (one path).
         max_grad_norm: clip the gradients to this global L2 norm inside the update.
         loss_scaling: dynamic loss scaling (True, or a dict of init_scale, growth_factor,
             backoff_factor, growth_interval): multiply the loss by ``loss_scale`` before backward.
         integrity: verify every byte read back against a checksum (IntegrityError on damage).
-        handover: "backward" (hooks) or "step" (see the module's doc).
-        checkpoint_dir: where state_dict() writes strata checkpoints (one directory per step).
+        handover: "auto" (gradients copied during backward where that overlaps work, on a GPU
+            outside torch.distributed, and used only when provably unchanged), "step" (read at
+            step()) or "backward" (copied during backward on any device, checked as in auto).
+        checkpoint_dir: where state_dict() writes strata checkpoints (default
+            ``<first path>/strata-checkpoints``; one directory per step).
+        keep_checkpoints: how many of its checkpoints state_dict() keeps (older ones it made are
+            removed; 0 keeps all).
         object_prefix: prefix of the state files, so that several optimizers share directories.
-        options: further strata options (host_memory_budget, prefetch_depth, write_behind_depth,
-            gradients="tier" or "automatic" (host memory when an fp32 store of the gradients fits
-            host_memory_budget, else the tier), stripe_paths, node_limiter_permits).
+        process_group, shard: under torch.distributed, the group whose ranks shard the state
+            (default: the world), and whether to shard it (default: yes, unless the parameters
+            are DTensors, which FSDP shards already).
+        options: further strata options (prefetch_depth, write_behind_depth, gradients="tier" or
+            "automatic", stripe_paths, node_limiter_permits, node_limiter_name).
     """
 
     def __init__(
@@ -84,65 +318,64 @@ class OffloadedAdamW(torch.optim.Optimizer):
         *,
         maximize: bool = False,
         paths: Iterable[Any],
-        cache: int = 0,
-        subgroup_size: int = 1 << 24,
+        host_memory_budget: Optional[int] = None,
+        cache: Optional[int] = None,
+        subgroup_size: Optional[int] = None,
         threads: Optional[int] = None,
         preset: str = "strata",
         max_grad_norm: Optional[float] = None,
         loss_scaling: Any = None,
         integrity: bool = True,
-        handover: str = "backward",
+        handover: str = "auto",
         checkpoint_dir: Optional[os.PathLike] = None,
+        keep_checkpoints: int = 2,
         object_prefix: str = "strata",
+        process_group: Any = None,
+        shard: Optional[bool] = None,
+        _force_staging: bool = False,
         **options: Any,
     ) -> None:
-        if handover not in ("backward", "step"):
-            raise ConfigError(f"strata.torch: handover={handover!r} (expected 'backward' or 'step')")
+        if handover not in ("auto", "backward", "step"):
+            raise ConfigError(f"strata.torch: handover={handover!r} (expected 'auto', 'step' or 'backward')")
         if isinstance(paths, (str, os.PathLike)) or paths is None:
             raise ConfigError("strata.torch: paths must be a list of directories (one path: [dir])")
-        self._paths = list(paths)
-        if not self._paths:
-            raise ConfigError("strata.torch: no paths given")
-        self._betas = tuple(float(b) for b in betas)
-        if len(self._betas) != 2:
+        betas = tuple(float(b) for b in betas)
+        if len(betas) != 2:
             raise ConfigError(f"strata.torch: betas must be two numbers, got {betas!r}")
+        if int(keep_checkpoints) < 0:
+            raise ConfigError(f"strata.torch: keep_checkpoints={keep_checkpoints} (0 keeps all)")
         self._handover = handover
-        self._checkpoint_dir = checkpoint_dir
+        self._force_staging = bool(_force_staging)
+        self._keep = int(keep_checkpoints)
         self._prefix = object_prefix
-        self._core: Optional[_core.Optimizer] = None
-        self._hooks: list = []
-        self._handed: list = []
-        self._pending_events: list = []
-        self._model_event = None
-        self._accumulating = 0
+        self._segments: List[_Segment] = []
         self._lock = threading.Lock()
+        self._hooks: list = []
+        self._accumulating = 0
+        self._closed = False
         self.last_step_stats: Optional[dict] = None
-        defaults = dict(lr=lr, betas=self._betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                        maximize=maximize)
+        self.handover_used: Optional[str] = None
+        self._steps_taken = 0       # step() calls that completed (skipped ones included)
+        self._saved: Optional[tuple] = None  # (steps_taken, membership) of the last state_dict
+        self._saved_dict: Optional[dict] = None
+        self._budget_total = host_memory_budget
+        self._cache_total = cache
+        self._subgroup = subgroup_size
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize)
         self._building = True
         super().__init__(params, defaults)
         self._building = False
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        self._group = _Group(process_group, shard, any(_is_dtensor(p) for p in all_params))
 
-        self._params = [p for g in self.param_groups for p in g["params"]]
-        self._check_params()
-        self._offsets = []
-        n = 0
-        for p in self._params:
-            self._offsets.append(n)
-            n += p.numel()
-        self._numel = n
-        self._group_ranges = []
-        first = 0
-        for g in self.param_groups:
-            count = sum(p.numel() for p in g["params"])
-            self._group_ranges.append((first, count))
-            first += count
-
+        self._paths = [self._rank_path(p) for p in paths]
+        if not self._paths:
+            raise ConfigError("strata.torch: no paths given")
+        self._checkpoint_dir = self._resolve_checkpoint_dir(checkpoint_dir)
         self._options = dict(options)
-        self._options.update(
-            preset=preset, paths=self._paths, lr=float(lr), beta1=self._betas[0], beta2=self._betas[1],
-            eps=float(eps), weight_decay=float(weight_decay), amsgrad=bool(amsgrad), maximize=bool(maximize),
-            subgroup_size=int(subgroup_size), cache_bytes=int(cache), integrity=bool(integrity))
+        # step() gives the gradients as the tensors they are: the native optimizer keeps none.
+        self._options.setdefault("gradients", "caller")
+        self._options.update(preset=preset, paths=self._paths, integrity=bool(integrity), scope_paths=True)
         if threads is not None:
             self._options["threads"] = int(threads)
         if max_grad_norm is not None:
@@ -151,20 +384,66 @@ class OffloadedAdamW(torch.optim.Optimizer):
             self._options["loss_scaling"] = True
             if isinstance(loss_scaling, dict):
                 self._options.update(loss_scaling)
+        if self._group.distributed:
+            # Ranks of one node share the node-wide I/O limiter by default (MLP-Offload's concurrency
+            # control): each directory path is node-limited, one request per direction at a time.
+            self._options.setdefault("node_limiter_permits", 1)
+            self._options.setdefault("node_limiter_name", "strata-torch")
+            self._options["paths"] = [self._node_limited(p) for p in self._paths]
+        self._max_grad_norm = self._options.get("max_grad_norm")
+        self._scaling = bool(self._options.get("loss_scaling"))
 
-        self._setup_buffers()
-        master = self._flat_master()
-        self._core = _core.Optimizer.create(master, object_prefix=self._prefix, **self._options)
-        self._handed = [False] * len(self._params)
-        if handover == "backward":
-            self._register_hooks()
+        for i, p in enumerate(all_params):
+            self._check_param(p, i)
+            if self._group.shard and not _local(p).is_contiguous():
+                raise ConfigError(f"strata.torch: {self._where(p)} is not contiguous; a sharded state needs contiguous "
+                                  f"parameters (shard=False keeps every rank's state whole)")
+        members = [p for p in all_params if p.requires_grad]
+        if not members and not all_params:
+            raise ConfigError("strata.torch: no parameters")
+        self._join(members)
+        if self._hooks_wanted():
+            self._register_hooks(all_params)
 
-    # --- construction -----------------------------------------------------------------------
+    # --- construction -------------------------------------------------------------------------
+
+    def _rank_path(self, p: Any) -> Any:
+        g = self._group
+        fmt = dict(rank=g.rank, local_rank=g.local_rank)
+        if isinstance(p, dict):
+            p = dict(p)
+            for key in ("directory", "url", "name"):
+                if isinstance(p.get(key), (str, os.PathLike)):
+                    p[key] = os.fspath(p[key]).format(**fmt)
+            return p
+        if isinstance(p, (str, os.PathLike)):
+            return os.fspath(p).format(**fmt)
+        return p
+
+    @staticmethod
+    def _node_limited(p: Any) -> Any:
+        if p is None:
+            return p
+        d = dict(p) if isinstance(p, dict) else ({"url": p} if str(p).startswith("s3://") else {"directory": p})
+        d.setdefault("node_limited", True)
+        return d
+
+    def _first_directory(self) -> Optional[str]:
+        p = self._paths[0]
+        if isinstance(p, dict):
+            return p.get("url") or p.get("directory")
+        return p
+
+    def _resolve_checkpoint_dir(self, checkpoint_dir: Optional[os.PathLike]) -> Optional[Path]:
+        if checkpoint_dir is not None:
+            return Path(os.fspath(checkpoint_dir).format(rank=self._group.rank, local_rank=self._group.local_rank))
+        first = self._first_directory()
+        if first is None or str(first).startswith("s3://"):
+            return None
+        return Path(first) / "strata-checkpoints"
 
     def add_param_group(self, param_group: dict) -> None:
-        if not getattr(self, "_building", False):
-            raise ConfigError("strata.torch: add_param_group after construction (strata sizes its state when it "
-                              "is built: pass every group to the constructor)")
+        """As torch's; the group's parameters get their state when they first have a gradient."""
         params = param_group["params"]
         params = [params] if isinstance(params, torch.Tensor) else list(params)
         seen = {id(p) for g in self.param_groups for p in g["params"]}
@@ -173,245 +452,414 @@ class OffloadedAdamW(torch.optim.Optimizer):
             if id(p) in seen:
                 raise ConfigError(f"strata.torch: parameter {i} of group {gi} (shape {tuple(p.shape)}) appears twice")
             seen.add(id(p))
-        for key in _FIXED:
-            if key in param_group and param_group[key] != self.defaults[key] and not (
-                    key == "betas" and tuple(param_group[key]) == self.defaults[key]):
-                raise ConfigError(f"strata.torch: group {gi} sets {key}={param_group[key]!r}, but strata uses one "
-                                  f"{key} for every parameter ({self.defaults[key]!r})")
         super().add_param_group(param_group)
+        if getattr(self, "_building", True):
+            return
+        for i, p in enumerate(params):
+            self._check_param(p, i)
+        if self._hooks_wanted():
+            self._register_hooks(params)
 
-    def _where(self, i: int) -> str:
-        gi = 0
-        k = i
-        for g in self.param_groups:
-            if k < len(g["params"]):
-                break
-            k -= len(g["params"])
-            gi += 1
-        return f"parameter {k} of group {gi} (shape {tuple(self._params[i].shape)})"
+    def _where(self, p: torch.Tensor) -> str:
+        for gi, g in enumerate(self.param_groups):
+            for k, q in enumerate(g["params"]):
+                if q is p:
+                    return f"parameter {k} of group {gi} (shape {tuple(p.shape)})"
+        return f"a parameter of shape {tuple(p.shape)}"
 
-    def _check_params(self) -> None:
-        if not self._params:
-            raise ConfigError("strata.torch: no parameters")
-        dtype = self._params[0].dtype
-        device = self._params[0].device
-        for i, p in enumerate(self._params):
-            if not p.requires_grad:
-                raise ConfigError(f"strata.torch: {self._where(i)} does not require grad (frozen); strata updates "
-                                  f"every parameter it holds, so leave frozen ones out")
-            if not p.is_leaf:
-                raise ConfigError(f"strata.torch: {self._where(i)} is not a leaf tensor")
-            if p.dtype not in _DTYPES:
-                raise ConfigError(f"strata.torch: {self._where(i)} has dtype {p.dtype} (float32, bfloat16 or "
-                                  f"float16 only)")
-            if p.dtype != dtype or p.device != device:
-                raise ConfigError(f"strata.torch: {self._where(i)} is {p.dtype} on {p.device}, parameter 0 is "
-                                  f"{dtype} on {device}: one dtype and device per optimizer")
-        if device.type not in ("cpu", "cuda"):
-            raise ConfigError(f"strata.torch: parameters on {device} (cpu or cuda only)")
-        self._dtype = dtype
-        self._device = device
+    def _check_param(self, p: torch.Tensor, i: int) -> None:
+        if not isinstance(p, torch.Tensor):
+            raise ConfigError(f"strata.torch: parameter {i} is a {type(p).__name__}, not a tensor")
+        if not p.is_leaf:
+            raise ConfigError(f"strata.torch: {self._where(p)} is not a leaf tensor")
+        local = _local(p)
+        if local.dtype not in _DTYPES:
+            kind = "complex" if local.is_complex() else str(local.dtype)
+            raise ConfigError(f"strata.torch: {self._where(p)} is {kind}; strata keeps fp32 master weights for float32, "
+                              f"bfloat16 and float16 parameters (use torch.optim.AdamW for this one)")
+        if local.device.type not in ("cpu", "cuda"):
+            raise ConfigError(f"strata.torch: {self._where(p)} lives on {local.device} (cpu or cuda only)")
 
-    def _setup_buffers(self) -> None:
-        """The host tensors strata reads gradients from and writes the model into."""
-        self._cuda = self._device.type == "cuda"
-        if not self._cuda:
-            # The model's parameters become views of one flat tensor, which the step writes in
-            # place; a model that is one contiguous parameter is used as it is.
-            if len(self._params) == 1 and self._params[0].is_contiguous():
-                self._model_flat = self._params[0].data.view(-1)
-            else:
-                flat = torch.empty(self._numel, dtype=self._dtype)
-                for p, o in zip(self._params, self._offsets):
-                    view = flat[o:o + p.numel()]
-                    view.copy_(p.data.reshape(-1))
-                    p.data = view.view_as(p)
-                self._model_flat = flat
-            self._grad_host = None
+    def _group_index(self, p: torch.Tensor) -> int:
+        for gi, g in enumerate(self.param_groups):
+            if any(q is p for q in g["params"]):
+                return gi
+        raise ConfigError(f"strata.torch: {self._where(p)} is in no param group")
+
+    def _hyper_of(self, gi: int) -> dict:
+        g = self.param_groups[gi]
+        return dict(betas=tuple(float(b) for b in g["betas"]), eps=float(g["eps"]), amsgrad=bool(g["amsgrad"]),
+                    maximize=bool(g["maximize"]))
+
+    def _member_ids(self) -> set:
+        return {id(p) for s in self._segments for p in s.params}
+
+    def _join(self, params: List[torch.Tensor], states: Optional[dict] = None) -> None:
+        """Gives `params` state: one new segment per (dtype, device, fixed hyper-parameters)."""
+        if not params:
+            return
+        buckets: dict = {}
+        for p in params:
+            gi = self._group_index(p)
+            hyper = self._hyper_of(gi)
+            local = _local(p)
+            key = (local.dtype, str(local.device), tuple(sorted(hyper.items())))
+            buckets.setdefault(key, ([], [], hyper))
+            buckets[key][0].append(p)
+            buckets[key][1].append(gi)
+        for ps, gis, hyper in buckets.values():
+            seg = _Segment(self._next_segment_index(), ps, gis, hyper, self)
+            self._configure(seg)
+            self._create_core(seg, states)
+            self._segments.append(seg)
+
+    def _next_segment_index(self) -> int:
+        return max((s.index for s in self._segments), default=-1) + 1
+
+    def _default_budget(self, extra: Optional[_Segment] = None) -> int:
+        """Half of what torch's AdamW would hold in memory for these parameters (its two moments,
+        of the parameters' dtype), at most 4 GiB: strata never needs more RAM than it replaces."""
+        segs = list(self._segments) + ([extra] if extra is not None and extra not in self._segments else [])
+        one_array = sum(_local(p).numel() * _local(p).element_size() for s in segs for p in s.params)
+        return min(_DEFAULT_BUDGET_CAP, one_array)
+
+    def _configure(self, seg: _Segment, subgroup: Optional[int] = None) -> None:
+        """Chooses the segment's subgroup size and this rank's share (the same on every rank: it
+        depends on the parameters and the world size only, or on the user's subgroup_size)."""
+        g = self._group
+        if subgroup is None:
+            subgroup = self._subgroup
+        if subgroup is None:
+            # A sixty-fourth of the rank's share: the pipeline's slots (9 with the strata preset)
+            # then take under 2 bytes a parameter, well inside the default budget.
+            per_rank = -(-seg.numel // (g.world if g.shard else 1))
+            subgroup = 1 << max(0, (max(1, per_rank // 64)).bit_length() - 1)
+            subgroup = max(_MIN_SUBGROUP, min(_MAX_SUBGROUP, subgroup))
+        seg.subgroup = int(subgroup)
+        seg.share = _shares(seg.numel, seg.subgroup, g.world)[g.rank] if g.shard else (0, seg.numel)
+        seg.prefix = (f"{self._prefix}.r{g.rank}.{seg.index}" if g.world > 1 else f"{self._prefix}.{seg.index}")
+
+    def _segment_options(self, seg: _Segment) -> dict:
+        o = dict(self._options)
+        h = seg.hyper
+        o.update(lr=float(self.defaults["lr"]), beta1=h["betas"][0], beta2=h["betas"][1], eps=h["eps"],
+                 weight_decay=float(self.defaults["weight_decay"]), amsgrad=h["amsgrad"], maximize=h["maximize"],
+                 subgroup_size=seg.subgroup, object_prefix=seg.prefix)
+        # The budget (the user's or the model's default) split over the segments by their shares;
+        # the strata preset gives its cache what the pipeline leaves.
+        n = max(1, seg.share_numel)
+        sizes = self._total_share_numel(extra=seg)
+        if self._budget_total is not None:
+            o["host_memory_budget"] = int(self._budget_total) * n // sizes
         else:
-            # CUDA tensors are staged through pinned host memory on torch's streams.
-            self._model_flat = torch.empty(self._numel, dtype=self._dtype, pin_memory=True)
-            self._grad_host = torch.empty(self._numel, dtype=self._dtype, pin_memory=True)
+            slot = -(-min(seg.subgroup, n) * (_STATE_BYTES + (4 if h["amsgrad"] else 0)) // 4096) * 4096
+            o["host_memory_budget"] = max(_PIPELINE_SLOTS * slot + (1 << 16), self._default_budget(seg) * n // sizes)
+        if self._cache_total is not None:  # whole subgroups of the user's cache, which the preset keeps
+            slot = -(-min(seg.subgroup, n) * (_STATE_BYTES + (4 if h["amsgrad"] else 0)) // 4096) * 4096
+            o["cache_subgroups"] = int(self._cache_total) * n // sizes // slot
+        return o
 
-    def _flat_master(self) -> torch.Tensor:
-        master = torch.empty(self._numel, dtype=torch.float32)
-        for p, o in zip(self._params, self._offsets):
-            master[o:o + p.numel()].copy_(p.detach().reshape(-1))
-        return master
+    def _total_share_numel(self, extra: Optional[_Segment] = None) -> int:
+        segs = list(self._segments) + ([extra] if extra is not None and extra not in self._segments else [])
+        return sum(max(1, s.share_numel) for s in segs)
+
+    def _create_core(self, seg: _Segment, states: Optional[dict]) -> None:
+        if seg.share_numel == 0:
+            return
+        if seg.staged:
+            seg.stage_weights_in()
+        weights = seg.weights_for_core()
+        opts = self._segment_options(seg)
+        if states is None:
+            seg.core = _core.Optimizer.create(weights, **opts)
+        else:
+            m, v, vmax, step, runs = self._segment_state(seg, states)
+            seg.core = _core.Optimizer.create(weights, m, v, vmax, step, runs, **opts)
+        if self._scaling and self._segments and self._segments[0].core is not None and seg is not self._segments[0]:
+            ref = self._segments[0].core
+            seg.core.restore_loss_scale(ref.loss_scale, ref.loss_growth_tracker)
 
     # --- gradients ----------------------------------------------------------------------------
 
-    def _register_hooks(self) -> None:
-        me = weakref.ref(self)  # the parameters' hooks must not keep the optimizer alive
+    def _hooks_wanted(self) -> bool:
+        if self._handover == "step" or self._group.distributed:
+            return False
+        if self._handover == "backward":
+            return True
+        # auto: only where the early copy overlaps backward (a GPU's D2H copy)
+        return any(_local(p).device.type == "cuda" for g in self.param_groups for p in g["params"])
 
-        def on_grad(i: int) -> None:
+    def _register_hooks(self, params: List[torch.Tensor]) -> None:
+        me = weakref.ref(self)
+
+        def on_grad(p: torch.Tensor) -> None:
             o = me()
-            if o is not None:
-                o._on_grad(i)
+            if o is not None and not o._accumulating:
+                o._early_copy(p)
 
-        for i, p in enumerate(self._params):
+        for p in params:
+            if not p.requires_grad:
+                continue  # (a frozen parameter takes no hook; unfrozen later, it is read at step())
             if _has_post_accumulate_hook():
-                self._hooks.append(p.register_post_accumulate_grad_hook(lambda _p, i=i: on_grad(i)))
+                self._hooks.append(p.register_post_accumulate_grad_hook(lambda q: on_grad(q)))
             else:
                 # torch < 2.1: a hook on the parameter's AccumulateGrad node runs after it accumulated.
                 with torch.enable_grad():
                     node = p.expand_as(p).grad_fn.next_functions[0][0]
-                self._hooks.append(node.register_hook(lambda *_a, i=i: on_grad(i)))
+                ref = weakref.ref(p)
+                self._hooks.append(node.register_hook(lambda *_a, ref=ref: on_grad(ref())))
                 self._hooks.append(node)  # the node must live as long as the hook
 
-    def _on_grad(self, i: int) -> None:
-        if self._accumulating:
-            return
-        p = self._params[i]
-        with self._lock:
-            if self._handed[i]:
-                raise ConfigError(f"strata.torch: {self._where(i)} received a second gradient before step(); "
-                                  f"accumulate micro-batches inside `with optimizer.no_handover():` or call "
-                                  f"zero_grad() before the next backward")
-            self._hand_over(i, p.grad)
-            self._handed[i] = True
+    def _locate(self, p: torch.Tensor):
+        for seg in self._segments:
+            for i, q in enumerate(seg.params):
+                if q is p:
+                    return seg, i
+        return None, None
 
-    def _hand_over(self, i: int, g: Optional[torch.Tensor]) -> None:
-        p = self._params[i]
-        if g is None:
-            raise ConfigError(f"strata.torch: {self._where(i)} has no gradient")
-        if g.is_sparse or g.dtype != p.dtype or g.shape != p.shape:
-            raise ConfigError(f"strata.torch: {self._where(i)}'s gradient is {g.dtype} {tuple(g.shape)}"
-                              f"{' sparse' if g.is_sparse else ''}; expected dense {p.dtype} {tuple(p.shape)}")
-        o = self._offsets[i]
-        if self._cuda:
-            # The copy runs on torch's current stream after the kernels that made the gradient;
-            # step() waits for its event before strata reads the staging buffer.
-            self._grad_host[o:o + p.numel()].copy_(g.detach().reshape(-1), non_blocking=True)
-            ev = torch.cuda.Event()
-            ev.record(torch.cuda.current_stream(g.device))
-            self._pending_events.append(ev)
+    def _early_copy(self, p: torch.Tensor) -> None:
+        """A hook: copies p's gradient into its segment's host buffer now, with the proof record."""
+        if p is None or p.grad is None:
             return
-        self._core.accept_gradients(o, g.detach().reshape(-1).contiguous())
+        seg, i = self._locate(p)
+        if seg is None or seg.core is None:
+            return
+        g = _local(p.grad)
+        if g.is_sparse or g.dtype != seg.dtype:
+            return  # step() reports it
+        with self._lock:
+            seg.wait_copies()
+            buf = seg.grads_buffer()
+            flat = g.detach().reshape(-1)
+            for j, at, a, k in seg.pieces():
+                if j == i:
+                    buf[at:at + k].copy_(flat[a:a + k], non_blocking=True)
+            seg.records[i] = _handover.Record(g)
 
     @contextlib.contextmanager
     def no_handover(self):
-        """Backward passes inside accumulate into ``p.grad`` without handing it to strata; the
-        next backward outside hands over the sum (gradient accumulation over micro-batches, as
-        DistributedDataParallel.no_sync). With handover="step" there is nothing to hold back."""
+        """Backward passes inside do not copy gradients early (they are read at step() anyway:
+        gradient accumulation needs nothing special)."""
         self._accumulating += 1
         try:
             yield
         finally:
             self._accumulating -= 1
 
-    def _drop_handed(self) -> None:
-        self._wait_events()
-        if self._core is not None and not self._cuda:
-            self._core.discard_gradients()
-        self._handed = [False] * len(self._params)
+    def zero_grad(self, *args, **kwargs) -> None:
+        """As torch's (its default for set_to_none too); gradients copied early are forgotten."""
+        super().zero_grad(*args, **kwargs)
+        for seg in self._segments:
+            seg.records = [None] * len(seg.params)
 
-    def _wait_events(self) -> None:
-        for ev in self._pending_events:
-            ev.synchronize()
-        self._pending_events = []
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """As torch's; gradients already handed over for the next step are dropped too."""
-        super().zero_grad(set_to_none=set_to_none)
-        self._drop_handed()
+    def _gradients(self, seg: _Segment, counts: dict) -> tuple:
+        """Per parameter of the segment, its flat gradient (over the parameter, or over the share's
+        host buffer when copied) or None, and which parameters have one."""
+        grads: List[Optional[torch.Tensor]] = [None] * len(seg.params)
+        have = [False] * len(seg.params)
+        current = []
+        for i, p in enumerate(seg.params):
+            g = p.grad
+            if g is None:
+                current.append(None)
+                continue
+            g = _local(g)
+            if g.is_sparse:
+                raise ConfigError(f"strata.torch: {self._where(p)} has a sparse gradient (AdamW takes dense ones)")
+            if g.dtype != seg.dtype or g.shape != _local(p).shape:
+                raise ConfigError(f"strata.torch: {self._where(p)}'s gradient is {g.dtype} {tuple(g.shape)}; expected "
+                                  f"{seg.dtype} {tuple(_local(p).shape)}")
+            current.append(g)
+            have[i] = True
+        verified = _handover.unchanged(seg.records, current) if any(r is not None for r in seg.records) else \
+            [False] * len(seg.params)
+        if seg.staged or any(verified):
+            buf = seg.grads_buffer()
+            for j, at, a, k in seg.pieces():
+                if not have[j] or verified[j]:
+                    continue
+                buf[at:at + k].copy_(current[j].detach().reshape(-1)[a:a + k], non_blocking=True)
+            if seg.device.type == "cuda":
+                torch.cuda.current_stream(seg.device).synchronize()
+        for i in range(len(seg.params)):
+            if not have[i]:
+                counts["none"] += 1
+                continue
+            counts["backward" if verified[i] else "step"] += 1
+            if seg.staged or verified[i]:
+                grads[i] = _ShareView(seg, i)
+            else:
+                grads[i] = current[i].detach().reshape(-1)
+                if not grads[i].is_contiguous():
+                    grads[i] = grads[i].contiguous()
+        seg.records = [None] * len(seg.params)
+        return grads, have
 
     # --- the step -----------------------------------------------------------------------------
 
-    def _rates(self):
-        for gi, g in enumerate(self.param_groups):
-            for key in _FIXED:
-                v = g[key]
-                if key == "betas":
-                    v = tuple(float(b) for b in v)
-                if v != self.defaults[key]:
+    def _check_fixed(self) -> None:
+        """A group's betas, eps, amsgrad and maximize must stay what its parameters' state has."""
+        for seg in self._segments:
+            for p, gi in zip(seg.params, seg.group_of):
+                now = self._hyper_of(gi)
+                if now != seg.hyper:
+                    key = next(k for k in _FIXED if now[k] != seg.hyper[k])
                     raise ConfigError(
-                        f"strata.torch: group {gi}'s {key} is now {g[key]!r}, but strata fixed it at "
-                        f"{self.defaults[key]!r} when built (a scheduler cycling momentum, e.g. OneCycleLR or "
+                        f"strata.torch: group {gi}'s {key} is now {self.param_groups[gi][key]!r}, but its parameters' "
+                        f"state was made with {seg.hyper[key]!r} (a scheduler cycling momentum, e.g. OneCycleLR or "
                         f"CyclicLR, needs cycle_momentum=False)")
-        groups = self.param_groups
-        if len(groups) == 1 and float(groups[0]["weight_decay"]) == self._options["weight_decay"]:
-            return float(groups[0]["lr"])
-        return [(first, count, float(g["lr"]), float(g["weight_decay"]))
-                for (first, count), g in zip(self._group_ranges, groups) if count > 0]
+
+    def _rates(self, seg: _Segment) -> list:
+        """(first, count, lr, weight_decay) over the segment's share, one per run of its groups."""
+        out: list = []
+        for i, at, _, k in seg.pieces():
+            g = self.param_groups[seg.group_of[i]]
+            lr, wd = float(g["lr"]), float(g["weight_decay"])
+            if out and out[-1][2] == lr and out[-1][3] == wd and out[-1][0] + out[-1][1] == at:
+                out[-1] = (out[-1][0], out[-1][1] + k, lr, wd)
+            else:
+                out.append((at, k, lr, wd))
+        return out
+
+    def _join_new(self) -> None:
+        """Parameters that have a gradient and no state yet (unfrozen, or added later) get it."""
+        members = self._member_ids()
+        new, seen = [], set()
+        for g in self.param_groups:
+            for p in g["params"]:
+                if id(p) not in members and id(p) not in seen and p.grad is not None:
+                    new.append(p)
+                    seen.add(id(p))
+        self._join(new)
+        if new:
+            self._saved = None
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One AdamW step over every parameter; returns the closure's loss (as torch's)."""
-        if self._core is None:
+        """One AdamW step over every parameter that has a gradient; returns the closure's loss."""
+        if self._closed:
             raise ConfigError("strata.torch: step() on a closed optimizer")
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        rates = self._rates()
-        if self._handover == "step":
-            self._hand_over_all()
-        else:
-            missing = [i for i, h in enumerate(self._handed) if not h]
-            if missing:
-                self._drop_handed()
-                raise ConfigError(f"strata.torch: {self._where(missing[0])} has no gradient for this step "
-                                  f"({len(missing)} of {len(self._params)} parameters have none; every "
-                                  f"parameter needs one: nothing was updated and the handed-over gradients "
-                                  f"were dropped)")
-        self._wait_events()
-        if self._model_event is not None:  # the previous step's model copies have left the buffer
-            self._model_event.synchronize()
-            self._model_event = None
-        try:
-            grads = self._grad_host if self._cuda else None
-            stats = self._core.step(rates, grads, self._model_flat)
-        except BaseException:
-            # The handed-over gradients stay for a retry (strata completes a failed step bit for
-            # bit when called again); with handover="step" the retry hands them over again.
-            if self._handover == "step":
-                self._drop_handed()
-            raise
-        self._handed = [False] * len(self._params)
-        if self._cuda:
-            self._copy_model_to_device()
-        self.last_step_stats = stats
+        self._check_fixed()
+        self._join_new()
+        counts = {"backward": 0, "step": 0, "none": 0}
+        work = []
+        for seg in self._segments:
+            if seg.core is None:
+                continue
+            if seg.staged:
+                seg.stage_weights_in()
+            grads, have = self._gradients(seg, counts)
+            work.append((seg, seg.tensors(grads), have))
+        decision = None
+        if (self._max_grad_norm or self._scaling) and (len(self._segments) > 1 or self._group.distributed):
+            local = sum(seg.core.gradient_stats(t)[0] for seg, t, _ in work)
+            decision = _core.decide_step(self._group.all_sum([local])[0], self._max_grad_norm)
+        stats = []
+        for seg, tensors, have in work:
+            stats.append(seg.core.step_tensors(self._rates(seg), tensors, True, decision))
+            if seg.staged:
+                seg.stage_weights_out(have)
+        if self._group.shard:
+            self._exchange_weights()
+        self._steps_taken += 1
+        used = [k for k in ("backward", "step") if counts[k]]
+        self.handover_used = "+".join(used) if used else "none"
+        self.last_step_stats = self._merge_stats(stats, counts)
         return loss
 
-    def _hand_over_all(self) -> None:
-        for i, p in enumerate(self._params):
-            if p.grad is None:
-                self._drop_handed()
-                raise ConfigError(f"strata.torch: {self._where(i)} has no gradient for this step (every parameter "
-                                  f"needs one; nothing was updated)")
-        try:
-            for i, p in enumerate(self._params):
-                self._hand_over(i, p.grad)
-        except BaseException:
-            self._drop_handed()
-            raise
+    def _exchange_weights(self) -> None:
+        """Sharded: every rank's updated share to every other rank, in place in each model."""
+        g = self._group
+        handles = []
+        for seg in self._segments:
+            shares = _shares(seg.numel, seg.subgroup, g.world)
+            for r, (lo, hi) in enumerate(shares):
+                for p, off in zip(seg.params, seg.offsets):
+                    local = _local(p)
+                    a, b = max(lo, off), min(hi, off + local.numel())
+                    if a >= b:
+                        continue
+                    view = local.detach().view(-1)[a - off:b - off]
+                    handles.append(g.dist.broadcast(view, src=g.global_rank(r), group=g.group, async_op=True))
+        for h in handles:
+            h.wait()
 
-    def _copy_model_to_device(self) -> None:
-        stream = torch.cuda.current_stream(self._device)
-        for p, o in zip(self._params, self._offsets):
-            p.data.copy_(self._model_flat[o:o + p.numel()].view_as(p), non_blocking=True)
-        self._model_event = torch.cuda.Event()
-        self._model_event.record(stream)
+    @staticmethod
+    def _merge_stats(stats: list, counts: dict) -> dict:
+        out = {"segments": stats, "handover": dict(counts)}
+        for key in ("subgroups", "bytes_read", "bytes_written", "cache_hits", "cache_misses"):
+            out[key] = sum(s[key] for s in stats)
+        for key in ("read_wait_s", "compute_s", "kernel_s", "write_wait_s", "total_s"):
+            out[key] = sum(s[key] for s in stats)
+        out["skipped"] = any(s["skipped"] for s in stats)
+        out["step"] = max((s["step"] for s in stats), default=0)
+        norms = [s["grad_norm"] for s in stats if s["grad_norm"] is not None]
+        out["grad_norm"] = norms[0] if norms else None
+        out["clip"] = min((s["clip"] for s in stats), default=1.0)
+        out["loss_scale"] = stats[0]["loss_scale"] if stats else 1.0
+        paths: dict = {}
+        for s in stats:
+            for pth in s["paths"]:
+                agg = paths.setdefault(pth["name"], dict(pth, bytes_read=0, bytes_written=0))
+                agg["bytes_read"] += pth["bytes_read"]
+                agg["bytes_written"] += pth["bytes_written"]
+        out["paths"] = list(paths.values())
+        return out
 
     # --- what strata adds ---------------------------------------------------------------------
+
+    def _cores(self) -> list:
+        return [s.core for s in self._segments if s.core is not None]
 
     @property
     def loss_scale(self) -> float:
         """What to multiply the loss by before backward (1 unless loss_scaling is on)."""
-        return self._core.loss_scale
+        cores = self._cores()
+        return cores[0].loss_scale if cores else 1.0
 
     @property
     def native(self) -> _core.Optimizer:
-        """The native optimizer (flat parameters in group order)."""
-        return self._core
+        """The native optimizer of the first segment (parameters of one dtype and device)."""
+        cores = self._cores()
+        if not cores:
+            raise ConfigError("strata.torch: no parameter has state on this rank yet")
+        return cores[0]
+
+    @property
+    def segments(self) -> list:
+        """Per segment (parameters that share dtype, device and fixed hyper-parameters): its
+        dtype, device, parameter count, this rank's share, subgroup size and object prefix."""
+        return [dict(dtype=str(s.dtype), device=str(s.device), params=len(s.params), numel=s.numel,
+                     share=s.share, subgroup_size=s.subgroup, prefix=s.prefix) for s in self._segments]
+
+    @property
+    def gradients(self) -> str:
+        cores = self._cores()
+        return cores[0].gradients if cores else self._options["gradients"]
 
     def path_totals(self) -> list:
-        """Each path's name, declared bandwidths and the bytes moved so far."""
-        return self._core.path_totals()
+        """Each path's name, declared bandwidths and the bytes moved so far (all segments)."""
+        paths: dict = {}
+        for c in self._cores():
+            for pth in c.path_totals():
+                agg = paths.setdefault(pth["name"], dict(pth, bytes_read=0, bytes_written=0))
+                agg["bytes_read"] += pth["bytes_read"]
+                agg["bytes_written"] += pth["bytes_written"]
+        return list(paths.values())
 
     def stats(self) -> dict:
-        return self._core.stats()
+        """Totals of every segment's native optimizer, and each one's (``segments``)."""
+        per = [c.stats() for c in self._cores()]
+        out = {"segments": per}
+        for key in ("cache_hits", "cache_misses", "bytes_read", "bytes_written", "gradient_bytes_written",
+                    "host_memory_used", "host_memory_peak", "host_memory_budget"):
+            out[key] = sum(s[key] for s in per)
+        out["steps"] = self._steps_taken
+        return out
 
     def close(self) -> None:
         """Removes the hooks and releases the paths; the state files stay (state_dict() first)."""
@@ -419,9 +867,12 @@ class OffloadedAdamW(torch.optim.Optimizer):
             if hasattr(h, "remove"):
                 h.remove()
         self._hooks = []
-        if self._core is not None:
-            self._core.close()
-            self._core = None
+        for seg in self._segments:
+            seg.wait_copies()
+            if seg.core is not None:
+                seg.core.close()
+                seg.core = None
+        self._closed = True
 
     def __enter__(self):
         return self
@@ -430,6 +881,17 @@ class OffloadedAdamW(torch.optim.Optimizer):
         self.close()
 
     # --- checkpoints --------------------------------------------------------------------------
+
+    def _param_index(self) -> dict:
+        out, index = {}, 0
+        for g in self.param_groups:
+            for p in g["params"]:
+                out[id(p)] = index
+                index += 1
+        return out
+
+    def _params_by_index(self) -> list:
+        return [p for g in self.param_groups for p in g["params"]]
 
     def _groups_for_dict(self) -> list:
         out = []
@@ -441,49 +903,108 @@ class OffloadedAdamW(torch.optim.Optimizer):
             out.append(d)
         return out
 
+    def _weights_print(self) -> list:
+        """A fingerprint of every member's weights (what a save with nothing changed must match)."""
+        prints = [_handover.fingerprint(_local(p)) for s in self._segments for p in s.params]
+        return torch.stack(prints).cpu().tolist() if prints else []
+
+    def _shard_dir(self, root: Path, seg: _Segment) -> Path:
+        d = root / f"seg-{seg.index}"
+        return d / f"rank-{self._group.rank}-of-{self._group.world}" if self._group.shard else d
+
     def state_dict(self) -> dict:
-        """Writes a crash-consistent strata checkpoint under ``checkpoint_dir`` (one directory
-        per step) and returns a small dict that names it, with the param groups. The state
-        itself stays in the checkpoint directory; torch_state_dict() gives torch's format."""
+        """A small dict that torch.save keeps: the param groups and the name of a strata
+        checkpoint under ``checkpoint_dir`` (relative to it), written now unless nothing changed
+        since the last one. A fresh optimizer (no state yet) writes nothing. Under torch.distributed
+        each rank writes its shard (call it on every rank); torch_state_dict() gives torch's format."""
+        if self._closed:
+            raise ConfigError("strata.torch: state_dict() on a closed optimizer")
+        index = self._param_index()
+        fresh = self._steps_taken == 0 and self._group.all_sum(
+            [float(sum(c.step_count for c in self._cores()))])[0] == 0
+        segments = [dict(index=s.index, params=[index[id(p)] for p in s.params], numel=s.numel, dtype=str(s.dtype),
+                         subgroup_size=s.subgroup, hyper=dict(s.hyper, betas=list(s.hyper["betas"])),
+                         step_count=None if s.core is None else s.core.step_count)
+                    for s in self._segments]
+        info = {"format": 2, "steps_taken": self._steps_taken, "checkpoint": None,
+                "checkpoint_dir": None if self._checkpoint_dir is None else os.path.abspath(self._checkpoint_dir),
+                "world_size": self._group.world, "sharded": self._group.shard, "segments": segments,
+                "param_numels": [_local(p).numel() for p in self._params_by_index()]}
+        if not fresh:
+            key = (self._steps_taken, tuple(tuple(x["params"]) for x in segments), tuple(map(tuple, self._weights_print())))
+            if self._saved == key and self._saved_dict is not None:
+                info["checkpoint"] = self._saved_dict["strata"]["checkpoint"]
+            else:
+                info["checkpoint"] = self._save_checkpoint()
+                self._saved = key
+        out = {"state": {}, "param_groups": self._groups_for_dict(), "strata": info}
+        self._saved_dict = out
+        return out
+
+    def _save_checkpoint(self) -> str:
         if self._checkpoint_dir is None:
-            raise ConfigError("strata.torch: state_dict() writes a strata checkpoint: pass checkpoint_dir= to the "
-                              "optimizer (or use torch_state_dict() for torch.optim.AdamW's format)")
-        step = self._core.step_count
-        target = os.path.join(os.fspath(self._checkpoint_dir), f"step-{step:09d}")
-        self._core.save(target)
-        return {
-            "state": {},
-            "param_groups": self._groups_for_dict(),
-            "strata": {"format": 1, "checkpoint": os.path.abspath(target), "step": step, "numel": self._numel,
-                       "param_numels": [p.numel() for p in self._params], "dtype": str(self._dtype)},
-        }
+            raise ConfigError("strata.torch: state_dict() writes a strata checkpoint, and the first path is not a "
+                              "directory: pass checkpoint_dir=")
+        root = self._checkpoint_dir
+        name = f"step-{self._steps_taken:09d}"
+        root.mkdir(parents=True, exist_ok=True)
+        _retention.record(root, self._group.rank, name)
+        for seg in self._segments:
+            if seg.core is None:
+                continue
+            if seg.staged:
+                seg.stage_weights_in()
+            target = self._shard_dir(root / name, seg)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            seg.core.save(str(target), seg.weights_for_core())
+        self._group.barrier()
+        if self._keep:
+            _retention.prune(root, self._group.rank, self._keep, self._group.shard, self._group.world)
+        return name
 
     def torch_state_dict(self) -> dict:
         """The state in torch.optim.AdamW's state_dict format (every moment in memory: for
-        models that fit), to continue the run with torch's AdamW or any tool that reads it."""
-        m = torch.empty(self._numel, dtype=torch.float32)
-        v = torch.empty(self._numel, dtype=torch.float32)
-        self._core.read_moments(m, v)
-        vmax = None
-        if self.defaults["amsgrad"]:
-            vmax = torch.empty(self._numel, dtype=torch.float32)
-            self._core.read_max_exp_avg_sq(vmax)
-        step = float(self._core.step_count)
+        models that fit), to continue the run with torch's AdamW or any tool that reads it. Under
+        torch.distributed with a sharded state, call it on every rank."""
+        index = self._param_index()
         state = {}
-        for i, (p, o) in enumerate(zip(self._params, self._offsets)):
-            k = p.numel()
-            s = {"step": torch.tensor(step), "exp_avg": m[o:o + k].view_as(p).clone(),
-                 "exp_avg_sq": v[o:o + k].view_as(p).clone()}
-            if vmax is not None:
-                s["max_exp_avg_sq"] = vmax[o:o + k].view_as(p).clone()
-            state[i] = s
+        g = self._group
+        for seg in self._segments:
+            amsgrad = seg.hyper["amsgrad"]
+            m = torch.zeros(seg.numel, dtype=torch.float32)
+            v = torch.zeros(seg.numel, dtype=torch.float32)
+            vmax = torch.zeros(seg.numel, dtype=torch.float32) if amsgrad else None
+            steps = torch.zeros(seg.numel, dtype=torch.int64)
+            lo, hi = seg.share
+            if seg.core is not None:
+                seg.core.read_moments(m[lo:hi], v[lo:hi])
+                if amsgrad:
+                    seg.core.read_max_exp_avg_sq(vmax[lo:hi])
+                runs = seg.core.param_steps + [(hi - lo, None)]
+                for (a, s), (b, _) in zip(runs, runs[1:]):
+                    steps[lo + a:lo + b] = s
+            if g.shard:
+                for r, (a, b) in enumerate(_shares(seg.numel, seg.subgroup, g.world)):
+                    for t in [m, v, steps] + ([vmax] if amsgrad else []):
+                        if a < b:
+                            g.dist.broadcast(t[a:b], src=g.global_rank(r), group=g.group)
+            for p, off in zip(seg.params, seg.offsets):
+                k = _local(p).numel()
+                shape = _local(p).shape
+                s = {"step": torch.tensor(float(steps[off].item())), "exp_avg": m[off:off + k].view(shape).clone(),
+                     "exp_avg_sq": v[off:off + k].view(shape).clone()}
+                if amsgrad:
+                    s["max_exp_avg_sq"] = vmax[off:off + k].view(shape).clone()
+                if int(steps[off].item()) > 0:  # (torch has no state for a parameter before its first update)
+                    state[index[id(p)]] = s
         return {"state": state, "param_groups": self._groups_for_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restores a dict from state_dict() (the strata checkpoint it names, exactly) or from
-        torch.optim.AdamW.state_dict() / torch_state_dict() (the moments and step; the master
+        """Restores a dict from state_dict() (the strata checkpoint it names, exactly; resolved
+        under this optimizer's ``checkpoint_dir`` first, so a moved run folder works) or from
+        torch.optim.AdamW.state_dict() / torch_state_dict() (the moments and steps; the master
         weights are then the model's current weights). The optimizer in use stays untouched
-        until the new state has been read in full, so a damaged checkpoint loses nothing."""
+        until the checkpoint has been read back in full against its checksums."""
         groups = state_dict.get("param_groups")
         if groups is None or len(groups) != len(self.param_groups):
             raise ConfigError(f"strata.torch: the state dict has {0 if groups is None else len(groups)} param "
@@ -492,79 +1013,151 @@ class OffloadedAdamW(torch.optim.Optimizer):
             if len(g["params"]) != len(mine["params"]):
                 raise ConfigError(f"strata.torch: group {gi} of the state dict has {len(g['params'])} parameters, "
                                   f"this optimizer's {len(mine['params'])}")
-            for key in _FIXED:
-                if key in g:
-                    a = tuple(g[key]) if key == "betas" else g[key]
-                    if a != self.defaults[key]:
-                        raise ConfigError(f"strata.torch: group {gi} of the state dict has {key}={g[key]!r}, this "
-                                          f"optimizer {self.defaults[key]!r}")
-        if "strata" in state_dict:
-            info = state_dict["strata"]
-            if info.get("numel") != self._numel or info.get("param_numels") != [p.numel() for p in self._params]:
-                raise ConfigError("strata.torch: the checkpoint's parameters do not match this optimizer's "
-                                  f"({info.get('numel')} vs {self._numel} elements)")
-            # The whole checkpoint is read against its checksums before the running state is given
-            # up (the new optimizer needs the directories the old one holds).
-            found = _core.verify_checkpoint(info["checkpoint"])
-            if found != info.get("step"):
-                raise ConfigError(f"strata.torch: checkpoint {info['checkpoint']} now holds step {found}, the state "
-                                  f"dict names step {info.get('step')} (was it overwritten by a later save?)")
-            self._release()
-            self._core = _core.Optimizer.load(info["checkpoint"], object_prefix=self._prefix, **self._options)
-            # The model follows the restored master weights, as in the run that saved them.
-            master = torch.empty(self._numel, dtype=torch.float32)
-            self._core.read_master(master)
-            self._write_model(master)
+        info = state_dict.get("strata")
+        params = self._params_by_index()
+        if info is not None:
+            self._load_strata(info, params)
         else:
-            m, v, vmax, step = self._torch_state_arrays(state_dict)
-            _core.validate_state(self._numel, self.defaults["amsgrad"], m, v, vmax)
-            master = self._flat_master()
-            self._release()
-            self._core = _core.Optimizer.create(master, m, v, vmax, step, object_prefix=self._prefix,
-                                                **self._options)
-        self._handed = [False] * len(self._params)
+            self._load_torch(state_dict.get("state", {}), params)
         for g, loaded in zip(self.param_groups, groups):
             for k, v in loaded.items():
                 if k != "params":
                     g[k] = tuple(v) if k == "betas" else v
+        self._saved = None
 
-    def _release(self) -> None:
-        """Writes the running state out and lets go of the paths (for the optimizer replacing it)."""
-        self._wait_events()
-        self._core.flush()
-        self._core.close()
+    def _release_all(self) -> None:
+        for seg in self._segments:
+            seg.wait_copies()
+            if seg.core is not None:
+                seg.core.flush()
+                seg.core.close()
+                seg.core = None
+        self._segments = []
 
-    def _torch_state_arrays(self, sd: dict):
-        """torch.optim.AdamW's per-parameter state as flat fp32 arrays and one step count."""
-        state = sd.get("state", {})
-        m = torch.zeros(self._numel, dtype=torch.float32)
-        v = torch.zeros(self._numel, dtype=torch.float32)
-        amsgrad = self.defaults["amsgrad"]
-        vmax = torch.zeros(self._numel, dtype=torch.float32) if amsgrad else None
-        steps = set()
-        for i, (p, o) in enumerate(zip(self._params, self._offsets)):
+    def _load_strata(self, info: dict, params: list) -> None:
+        if info.get("format") != 2:
+            raise ConfigError(f"strata.torch: this state dict's strata checkpoint has format {info.get('format')!r}, "
+                              f"which this version does not read (format 2)")
+        numels = [_local(p).numel() for p in params]
+        if info.get("param_numels") != numels:
+            raise ConfigError("strata.torch: the state dict's parameters do not match this optimizer's (their sizes "
+                              "differ)")
+        g = self._group
+        if info.get("sharded") and (info.get("world_size") != g.world or not g.shard):
+            raise ConfigError(f"strata.torch: the checkpoint was saved by {info.get('world_size')} ranks sharding the "
+                              f"state, this run has {g.world} rank(s){'' if g.shard else ' and does not shard'}: "
+                              f"resume on {info.get('world_size')} ranks (re-sharding is not supported)")
+        if not info.get("sharded") and g.shard:
+            raise ConfigError(f"strata.torch: the checkpoint was saved without sharding, this run shards the state over "
+                              f"{g.world} ranks: resume with shard=False, or from torch_state_dict()")
+        name = info.get("checkpoint")
+        root = None
+        if name is not None:
+            candidates = [c for c in (self._checkpoint_dir, info.get("checkpoint_dir")) if c is not None]
+            for c in candidates:
+                if (Path(c) / name).is_dir():
+                    root = Path(c) / name
+                    break
+            if root is None:
+                where = " or ".join(str(Path(c) / name) for c in candidates) or name
+                raise ConfigError(f"strata.torch: checkpoint {name} is not in {where} (removed by keep_checkpoints, "
+                                  f"or moved: pass the directory holding it as checkpoint_dir=)")
+        saved = info.get("segments", [])
+        plan = []
+        for s in saved:
+            ps = [params[i] for i in s["params"]]
+            if sum(_local(p).numel() for p in ps) != s["numel"]:
+                raise ConfigError(f"strata.torch: segment {s['index']} of the checkpoint does not match the parameters")
+            plan.append((s, ps))
+        # Everything is read back against its checksums before the running state is given up.
+        if root is not None:
+            for s, _ in plan:
+                d = root / f"seg-{s['index']}"
+                d = d / f"rank-{g.rank}-of-{g.world}" if info.get("sharded") else d
+                if (d / "manifest").exists():
+                    found = _core.verify_checkpoint(str(d))
+                    if s.get("step_count") is not None and found != s["step_count"]:
+                        raise ConfigError(f"strata.torch: checkpoint {d} now holds step {found}, the state dict names "
+                                          f"step {s['step_count']} (was it overwritten by a later save?)")
+        self._release_all()
+        for s, ps in plan:
+            hyper = dict(s["hyper"], betas=tuple(s["hyper"]["betas"]))
+            seg = _Segment(s["index"], ps, [self._group_index(p) for p in ps], hyper, self)
+            self._configure(seg, s["subgroup_size"])
+            d = None
+            if root is not None:
+                d = root / f"seg-{s['index']}"
+                d = d / f"rank-{g.rank}-of-{g.world}" if info.get("sharded") else d
+            if seg.share_numel > 0:
+                if d is None:
+                    self._create_core(seg, None)
+                else:
+                    if not (d / "manifest").exists():
+                        raise ConfigError(f"strata.torch: checkpoint {d} is missing (its rank did not save it?)")
+                    opts = self._segment_options(seg)
+                    opts.pop("subgroup_size", None)
+                    seg.core = _core.Optimizer.load(str(d), **opts)
+                    # The model follows the restored master weights, as in the run that saved them.
+                    master = torch.empty(seg.share_numel, dtype=torch.float32)
+                    seg.core.read_master(master)
+                    for i, at, a, k in seg.pieces():
+                        _local(ps[i]).detach().reshape(-1)[a:a + k].copy_(master[at:at + k])
+            self._segments.append(seg)
+        if g.shard:
+            self._exchange_weights()
+        self._steps_taken = int(info.get("steps_taken", 0))
+        # Parameters that need state and were not in the checkpoint start fresh.
+        members = self._member_ids()
+        self._join([p for p in params if p.requires_grad and id(p) not in members])
+
+    def _load_torch(self, state: dict, params: list) -> None:
+        by_param = {}
+        for i, p in enumerate(params):
             s = state.get(i)
             if s is None:
-                steps.add(0)
                 continue
-            k = p.numel()
-            names = (("exp_avg", m), ("exp_avg_sq", v)) + ((("max_exp_avg_sq", vmax),) if amsgrad else ())
-            for name, dst in names:
+            k = _local(p).numel()
+            for name in ("exp_avg", "exp_avg_sq"):
                 t = s.get(name)
                 if t is None or t.numel() != k:
-                    raise ConfigError(f"strata.torch: {self._where(i)}: state '{name}' is missing or has "
+                    raise ConfigError(f"strata.torch: {self._where(p)}: state '{name}' is missing or has "
                                       f"{None if t is None else t.numel()} elements, expected {k}")
-                dst[o:o + k].copy_(t.detach().reshape(-1))
             st = s.get("step", 0)
-            steps.add(int(st.item() if isinstance(st, torch.Tensor) else st))
-        if len(steps) > 1:
-            raise ConfigError(f"strata.torch: the parameters' step counts differ ({sorted(steps)}); strata keeps one")
-        return m, v, vmax, (steps.pop() if steps else 0)
+            by_param[id(p)] = dict(s, step=int(st.item() if isinstance(st, torch.Tensor) else st))
+        for s in by_param.values():
+            for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+                t = s.get(key)
+                if t is not None and not bool(torch.isfinite(t).all()) or (key != "exp_avg" and t is not None and
+                                                                           bool((t < 0).any())):
+                    raise ConfigError(f"strata.torch: state '{key}' holds values AdamW cannot have (non-finite, or a "
+                                      f"negative second moment)")
+        members = [p for p in params if p.requires_grad or id(p) in by_param]
+        self._release_all()
+        self._join(members, by_param)
+        self._steps_taken = max((s["step"] for s in by_param.values()), default=0)
 
-    def _write_model(self, master: torch.Tensor) -> None:
-        if self._model_event is not None:
-            self._model_event.synchronize()
-            self._model_event = None
-        self._model_flat.copy_(master)
-        if self._cuda:
-            self._copy_model_to_device()
+    def _segment_state(self, seg: _Segment, states: dict):
+        """This rank's share of torch-format state: m, v, vmax, the largest step and step runs."""
+        n = seg.share_numel
+        amsgrad = seg.hyper["amsgrad"]
+        m = torch.zeros(n, dtype=torch.float32)
+        v = torch.zeros(n, dtype=torch.float32)
+        vmax = torch.zeros(n, dtype=torch.float32) if amsgrad else None
+        runs: list = []
+        for i, at, a, k in seg.pieces():
+            s = states.get(id(seg.params[i]))
+            step = 0
+            if s is not None:
+                m[at:at + k].copy_(s["exp_avg"].detach().reshape(-1)[a:a + k])
+                v[at:at + k].copy_(s["exp_avg_sq"].detach().reshape(-1)[a:a + k])
+                if amsgrad:
+                    t = s.get("max_exp_avg_sq")
+                    if t is None:
+                        raise ConfigError(f"strata.torch: {self._where(seg.params[i])} has no max_exp_avg_sq (amsgrad)")
+                    vmax[at:at + k].copy_(t.detach().reshape(-1)[a:a + k])
+                step = s["step"]
+            if runs and runs[-1][1] == step:
+                continue
+            runs.append((at, step))
+        top = max((r[1] for r in runs), default=0)
+        return m, v, vmax, top, runs

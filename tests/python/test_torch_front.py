@@ -1,4 +1,4 @@
-"""strata.torch.OffloadedAdamW against torch.optim.AdamW(foreach=False), its hand-over modes,
+"""strata.torch.OffloadedAdamW against torch.optim.AdamW(foreach=False): its hand-over modes,
 schedulers, checkpoints (strata's and torch's format) and its typed errors."""
 
 import os
@@ -8,72 +8,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import strata  # noqa: E402
-from strata.torch import OffloadedAdamW  # noqa: E402
-
-# Agreement with torch's AdamW: the same update, with torch's own order of operations differing
-# between releases (mul_/add_ in 1.13, lerp_ later), measured as max |a - b| / max |a| per tensor.
-REL = 1e-6
-SUBGROUP = 300  # parameters per subgroup: subgroups cross the parameters' boundaries
+from front_helpers import (REL, backward_with, flat_master, grads_for, groups, make_model, max_rel,  # noqa: E402
+                           same, strata_opt, train)
 
 
-def make_model(dtype=torch.float32, device="cpu", seed=0):
-    torch.manual_seed(seed)
-    m = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Tanh(), torch.nn.Linear(40, 8))
-    return m.to(dtype=dtype, device=device)
-
-
-def groups(model, lr=2e-2):
-    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
-    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
-    return [{"params": weights, "lr": lr, "weight_decay": 0.1}, {"params": biases, "lr": lr / 2, "weight_decay": 0.0}]
-
-
-def grads_for(model, step):
-    """Gradients fixed by the step number, the same whatever the weights are."""
-    g = torch.Generator().manual_seed(1000 + step)
-    return [torch.randn(p.shape, generator=g).to(dtype=p.dtype, device=p.device) for p in model.parameters()]
-
-
-def backward_with(model, grads):
-    """A backward whose gradient for each parameter is exactly `grads` (d/dp sum(p * g) = g)."""
-    loss = sum((p * g).sum() for p, g in zip(model.parameters(), grads))
-    loss.backward()
-
-
-def strata_opt(model, tmp_path, **kw):
-    args = dict(paths=[tmp_path / "nvme", tmp_path / "pfs"], subgroup_size=SUBGROUP, threads=2)
-    args.update(kw)
-    params = args.pop("params", None) or groups(model)
-    return OffloadedAdamW(params, **args)
-
-
-def train(model, opt, steps, first=0, scheduler=None, set_grads=False):
-    for t in range(first, first + steps):
-        opt.zero_grad()
-        g = grads_for(model, t)
-        if set_grads:
-            for p, gi in zip(model.parameters(), g):
-                p.grad = gi.clone()
-        else:
-            backward_with(model, g)
-        opt.step()
-        if scheduler is not None:
-            scheduler.step()
-
-
-def max_rel(a_model, b_model):
-    worst = 0.0
-    for a, b in zip(a_model.parameters(), b_model.parameters()):
-        a, b = a.detach().float().cpu(), b.detach().float().cpu()
-        worst = max(worst, ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item())
-    return worst
-
-
-def same(a_model, b_model):
-    return all(torch.equal(a, b) for a, b in zip(a_model.parameters(), b_model.parameters()))
-
-
-@pytest.mark.parametrize("handover", ["backward", "step"])
+@pytest.mark.parametrize("handover", ["auto", "backward", "step"])
 def test_matches_torch_adamw_with_two_groups_a_scheduler_and_subgroups_across_parameters(tmp_path, handover):
     ref_model, model = make_model(), make_model()
     ref = torch.optim.AdamW(groups(ref_model), foreach=False)
@@ -87,13 +26,17 @@ def test_matches_torch_adamw_with_two_groups_a_scheduler_and_subgroups_across_pa
     assert max_rel(ref_model, model) < REL
 
 
-def test_hook_and_step_handover_are_bit_identical(tmp_path):
-    a, b = make_model(), make_model()
+def test_hook_and_step_handover_are_bit_identical_and_say_which_they_used(tmp_path):
+    a, b, c = make_model(), make_model(), make_model()
     oa = strata_opt(a, tmp_path / "a", handover="backward")
     ob = strata_opt(b, tmp_path / "b", handover="step")
+    oc = strata_opt(c, tmp_path / "c")  # auto: on the CPU a copy during backward would hide nothing
     train(a, oa, 5)
     train(b, ob, 5, set_grads=True)
-    assert same(a, b)
+    train(c, oc, 5)
+    assert same(a, b) and same(a, c)
+    assert oa.handover_used == "backward" and oa.last_step_stats["handover"] == {"backward": 4, "step": 0, "none": 0}
+    assert ob.handover_used == "step" and oc.handover_used == "step"
 
 
 def _schedulers():
@@ -154,25 +97,19 @@ def test_a_scheduler_that_cycles_betas_is_a_config_error_before_any_update(tmp_p
     del sched
 
 
-def test_gradient_accumulation_over_micro_batches_in_both_modes(tmp_path):
-    a, b = make_model(), make_model()
-    oa = strata_opt(a, tmp_path / "a", handover="backward")
-    ob = strata_opt(b, tmp_path / "b", handover="step")
+@pytest.mark.parametrize("handover", ["auto", "backward", "step"])
+def test_gradient_accumulation_over_micro_batches_is_the_sum_in_every_mode(tmp_path, handover):
+    ref_model, model = make_model(), make_model()
+    ref = torch.optim.AdamW(groups(ref_model), foreach=False)
+    opt = strata_opt(model, tmp_path, handover=handover)
     for t in range(3):
-        for model, opt in ((a, oa), (b, ob)):
-            opt.zero_grad()
-            micro = [grads_for(model, 10 * t + k) for k in range(3)]
-            with opt.no_handover():
-                for g in micro[:-1]:
-                    backward_with(model, g)
-            backward_with(model, micro[-1])  # hands over the sum
-            opt.step()
-    assert same(a, b)
-    # Without no_handover, a second backward before step() is refused by name.
-    oa.zero_grad()
-    backward_with(a, grads_for(a, 0))
-    with pytest.raises(strata.ConfigError, match="second gradient"):
-        backward_with(a, grads_for(a, 1))
+        for m, o in ((ref_model, ref), (model, opt)):
+            o.zero_grad()
+            for k in range(3):  # three backwards, no optimizer call between them
+                backward_with(m, grads_for(m, 10 * t + k))
+            o.step()
+        assert max_rel(ref_model, model) < REL
+    assert opt.handover_used == ("backward" if handover == "backward" else "step")
 
 
 def test_save_and_resume_is_exact(tmp_path):
@@ -182,7 +119,7 @@ def test_save_and_resume_is_exact(tmp_path):
     train(full, of, 8, scheduler=sf)
 
     part = make_model(torch.bfloat16)
-    op = strata_opt(part, tmp_path / "part", checkpoint_dir=tmp_path / "ckpt")
+    op = strata_opt(part, tmp_path / "part")  # checkpoints under the first path by default
     sp = torch.optim.lr_scheduler.ExponentialLR(op, gamma=0.9)
     train(part, op, 4, scheduler=sp)
     saved = {"model": part.state_dict(), "opt": op.state_dict(), "sched": sp.state_dict()}
@@ -193,7 +130,7 @@ def test_save_and_resume_is_exact(tmp_path):
     loaded = torch.load(tmp_path / "run.pt")
     resumed = make_model(torch.bfloat16, seed=7)  # other weights: the checkpoint decides
     resumed.load_state_dict(loaded["model"])
-    orr = strata_opt(resumed, tmp_path / "resumed")
+    orr = strata_opt(resumed, tmp_path / "resumed", checkpoint_dir=tmp_path / "part" / "nvme" / "strata-checkpoints")
     sr = torch.optim.lr_scheduler.ExponentialLR(orr, gamma=0.9)
     orr.load_state_dict(loaded["opt"])
     sr.load_state_dict(loaded["sched"])
@@ -261,8 +198,7 @@ def test_16_bit_models_hold_the_rounded_fp32_master(tmp_path, dtype):
         ref.zero_grad()
         backward_with(ref_model, [x.float() for x in g])
         ref.step()
-    master = torch.empty(opt.native.size)
-    opt.native.read_master(master)
+    master = flat_master(opt)
     flat = torch.cat([p.detach().reshape(-1) for g in opt.param_groups for p in g["params"]])
     assert torch.equal(flat, master.to(dtype))
     assert max_rel(ref_model, model) < (1e-2 if dtype == torch.bfloat16 else 1e-3)  # the model is rounded
@@ -279,6 +215,7 @@ def test_path_totals_name_each_path_and_count_its_bytes(tmp_path):
     assert all(t["bytes_read"] > 0 and t["bytes_written"] > 0 for t in totals)
     stats = opt.stats()
     assert stats["steps"] == 2 and stats["bytes_read"] == sum(t["bytes_read"] for t in totals)
+    assert len(opt.last_step_stats["segments"]) == 1
 
 
 # --- bad input: a typed error, and nothing lost ------------------------------------------------
@@ -311,7 +248,7 @@ def test_automatic_gradients_wait_on_the_tier_when_the_budget_cannot_hold_them_a
     train(auto_model, auto, 4)
     assert same(ref_model, auto_model)
     assert auto.native.stats()["host_memory_peak"] <= budget
-    with pytest.raises(strata.ConfigError, match="expected 'host', 'tier' or 'automatic'"):
+    with pytest.raises(strata.ConfigError, match="expected 'host', 'tier', 'automatic' or 'caller'"):
         strata_opt(model(), tmp_path / "d", gradients="wherever")
 
 
@@ -324,59 +261,25 @@ def test_a_parameter_twice_is_a_config_error(tmp_path):
         strata_opt(model, tmp_path, params=[w, w])
 
 
-def test_a_frozen_parameter_is_a_config_error(tmp_path):
-    model = make_model()
-    model[2].bias.requires_grad_(False)
-    with pytest.raises(strata.ConfigError, match="frozen"):
-        strata_opt(model, tmp_path, params=list(model.parameters()))
-
-
-def test_mixed_dtypes_and_late_groups_are_config_errors(tmp_path):
-    model = make_model()
-    model[2].to(torch.bfloat16)
-    with pytest.raises(strata.ConfigError, match="one dtype"):
-        strata_opt(model, tmp_path / "a", params=list(model.parameters()))
-    other = make_model()
-    opt = strata_opt(other, tmp_path / "b", params=list(other[0].parameters()))
-    with pytest.raises(strata.ConfigError, match="add_param_group"):
-        opt.add_param_group({"params": list(other[2].parameters())})
-
-
-@pytest.mark.parametrize("handover", ["backward", "step"])
-def test_a_missing_gradient_at_step_is_a_config_error_that_changes_nothing(tmp_path, handover):
-    model = make_model()
-    opt = strata_opt(model, tmp_path, handover=handover)
-    train(model, opt, 1)
-    before = [p.detach().clone() for p in model.parameters()]
-    master = torch.empty(opt.native.size)
-    opt.native.read_master(master)
-    opt.zero_grad()
-    loss = model[0](torch.randn(3, 24)).sum()  # no gradient reaches model[2]
-    loss.backward()
-    with pytest.raises(strata.ConfigError, match="no gradient"):
-        opt.step()
-    after = torch.empty(opt.native.size)
-    opt.native.read_master(after)
-    assert torch.equal(master, after) and opt.native.step_count == 1
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    train(model, opt, 1, first=1)  # and the optimizer goes on
-    assert opt.native.step_count == 2
-
-
-def test_a_directory_in_use_is_a_busy_error(tmp_path):
-    a, b = make_model(), make_model()
+def test_an_object_prefix_in_use_is_a_busy_error_and_another_prefix_shares_the_directories(tmp_path):
+    a, b, c = make_model(), make_model(), make_model()
     first = strata_opt(a, tmp_path)
-    with pytest.raises(strata.BusyError, match="nvme"):
+    with pytest.raises(strata.BusyError, match="strata.0"):
         strata_opt(b, tmp_path)
-    first.close()  # the directories are free again
+    other = strata_opt(c, tmp_path, object_prefix="second")  # the same directories, by prefix
+    train(a, first, 2)
+    train(c, other, 2)
+    assert same(a, c)
+    first.close()  # the prefix is free again
     strata_opt(b, tmp_path)
 
 
 def test_a_damaged_state_file_is_an_integrity_error_and_the_checkpoint_still_resumes(tmp_path):
     model = make_model()
-    opt = strata_opt(model, tmp_path, paths=[tmp_path / "nvme"], checkpoint_dir=tmp_path / "ckpt")
+    opt = strata_opt(model, tmp_path, paths=[tmp_path / "nvme"], checkpoint_dir=tmp_path / "ckpt", cache=0)
     train(model, opt, 2)
     sd = opt.state_dict()
+    master = flat_master(opt)
     train(model, opt, 1, first=2)
     state_files = sorted(f for f in os.listdir(tmp_path / "nvme") if ".sg-" in f)
     assert state_files
@@ -389,8 +292,9 @@ def test_a_damaged_state_file_is_an_integrity_error_and_the_checkpoint_still_res
     with pytest.raises(strata.IntegrityError):
         opt.step()
     assert opt.native.step_count == 3
-    opt.load_state_dict(sd)  # back to step 2, from the checkpoint
+    opt.load_state_dict(sd)  # back to step 2, from the checkpoint: the model follows its masters
     assert opt.native.step_count == 2
+    assert torch.equal(flat_master(opt), master)
     twin = make_model()
     ot = strata_opt(twin, tmp_path / "twin")
     train(twin, ot, 2)
@@ -406,7 +310,7 @@ def test_a_damaged_checkpoint_is_refused_and_the_running_optimizer_loses_nothing
     train(model, opt, 2)
     train(twin, ot, 2)
     sd = opt.state_dict()
-    ck = sd["strata"]["checkpoint"]
+    ck = os.path.join(sd["strata"]["checkpoint_dir"], sd["strata"]["checkpoint"], "seg-0")
     data_file = next(f for f in os.listdir(ck) if f.endswith(".bin"))
     p = os.path.join(ck, data_file)
     with open(p, "r+b") as f:
@@ -421,18 +325,11 @@ def test_a_damaged_checkpoint_is_refused_and_the_running_optimizer_loses_nothing
     assert same(model, twin)
 
 
-def test_state_dict_without_a_checkpoint_dir_says_what_to_do(tmp_path):
-    model = make_model()
-    opt = strata_opt(model, tmp_path)
-    with pytest.raises(strata.ConfigError, match="checkpoint_dir"):
-        opt.state_dict()
-
-
 # --- CUDA tensors ------------------------------------------------------------------------------
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("handover", ["backward", "step"])
+@pytest.mark.parametrize("handover", ["auto", "backward", "step"])
 def test_cuda_models_match_torch_adamw_on_the_device(tmp_path, handover):
     ref_model, model = make_model(device="cuda"), make_model(device="cuda")
     ref = torch.optim.AdamW(groups(ref_model), foreach=False)
@@ -448,8 +345,7 @@ def test_cuda_bf16_model_is_the_rounded_master_after_step(tmp_path):
     model = make_model(torch.bfloat16, device="cuda")
     opt = strata_opt(model, tmp_path)
     train(model, opt, 3)
-    master = torch.empty(opt.native.size)
-    opt.native.read_master(master)
+    master = flat_master(opt)
     flat = torch.cat([p.detach().reshape(-1) for g in opt.param_groups for p in g["params"]]).cpu()
     assert torch.equal(flat, master.to(torch.bfloat16))
 
@@ -499,7 +395,8 @@ def test_a_state_dict_whose_checkpoint_was_overwritten_is_refused(tmp_path):
     train(model, opt, 1)
     sd = opt.state_dict()
     train(model, opt, 1, first=1)
-    stale = dict(sd, strata=dict(sd["strata"], checkpoint=opt.state_dict()["strata"]["checkpoint"]))
+    later = opt.state_dict()
+    stale = dict(sd, strata=dict(sd["strata"], checkpoint=later["strata"]["checkpoint"]))
     with pytest.raises(strata.ConfigError, match="holds step 2"):
         opt.load_state_dict(stale)
     assert opt.native.step_count == 2

@@ -1,0 +1,79 @@
+"""strata.torch.OffloadedAdamW under torch.distributed (gloo, 2 and 3 ranks on this machine): each
+rank holds and updates one shard of the state (ZeRO-1) and every rank's model matches DDP +
+torch.optim.AdamW's; a checkpoint of every rank's shard resumes exactly on the same world size and
+is refused, naming both sizes, on another; FSDP2's DTensor shards are offloaded as they are."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available():
+    pytest.skip("this torch has no torch.distributed", allow_module_level=True)
+
+WORKER = Path(__file__).with_name("dist_worker.py")
+REL = 1e-6
+
+
+def run(scenario, world, tmp_path, timeout=240):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    init = f"file://{tmp_path}/rendezvous-{scenario}-{world}"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(WORKER), scenario, "--rank", str(r), "--world", str(world),
+                               "--init", init, "--dir", str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    for r, (p, text) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"rank {r} of {scenario} failed:\n{text}"
+    return [json.loads((tmp_path / f"{scenario}-{r}.json").read_text()) for r in range(world)]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_with_a_sharded_state_trains_as_ddp_with_torch_adamw_at_one_shard_a_rank(tmp_path, world):
+    out = run("ddp", world, tmp_path)
+    numel = out[0]["numel"]
+    subgroup = out[0]["segments"][0]["subgroup_size"]
+    shares = [o["segments"][0]["share"] for o in out]
+    assert shares[0][0] == 0 and shares[-1][1] == numel
+    assert all(a[1] == b[0] for a, b in zip(shares, shares[1:]))  # contiguous, every parameter once
+    for o, (lo, hi) in zip(out, shares):
+        assert o["max_rel"] < REL and o["same"]
+        assert abs((hi - lo) - numel / world) <= subgroup  # 1/N of the state, within one subgroup
+        assert o["handover"] == "step"
+        assert o["files"] and all(f.startswith(f"strata.r{out.index(o)}.") for f in o["files"])
+
+
+def test_ddp_shards_resume_exactly_on_the_same_world_and_are_refused_on_another(tmp_path):
+    run("ddp", 2, tmp_path)  # the uninterrupted run's weights
+    saved = run("save", 2, tmp_path)
+    assert saved[0]["checkpoint"] == "step-000000003"
+    ck = tmp_path / "ck" / "step-000000003" / "seg-0"
+    assert sorted(os.listdir(ck)) == ["rank-0-of-2", "rank-1-of-2"]
+    resumed = run("resume", 2, tmp_path)
+    assert all(o.get("equal") for o in resumed), resumed
+    three = tmp_path / "three"
+    three.mkdir()
+    (three / "run.pt").write_bytes((tmp_path / "run.pt").read_bytes())
+    refused = run("resume_other_world", 3, three)
+    for o in refused:
+        assert o["error"] == "ConfigError"
+        assert "saved by 2 ranks" in o["message"] and "this run has 3" in o["message"]
+
+
+def test_without_ddp_each_rank_updates_its_shard_and_every_model_matches(tmp_path):
+    for o in run("no_ddp", 2, tmp_path):
+        assert o["max_rel"] < REL and o["same"]
+
+
+def test_fsdp2_dtensor_shards_are_offloaded_as_they_are(tmp_path):
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    if (major, minor) < (2, 4):
+        pytest.skip(f"torch {torch.__version__} has no FSDP2 (fully_shard, torch >= 2.4)")
+    out = run("fsdp2", 2, tmp_path)
+    for o in out:
+        assert o["max_rel"] < REL
+        assert sum(s["numel"] for s in o["segments"]) == o["local_numel"]
