@@ -250,6 +250,25 @@ strata::step_rates rates_of(nb::handle h) {
   return strata::step_rates(std::move(ranges));
 }
 
+// --- checkpoints in a directory or an object store ---------------------------------------------
+
+bool is_s3(const std::string& where) { return where.rfind("s3://", 0) == 0; }
+
+// The object store prefix of an "s3://bucket/prefix" checkpoint (endpoint and credentials from
+// the AWS_* variables, as the C++ tools take them).
+strata::any_tier store_of(const std::string& url) {
+#if STRATA_HAS_S3
+  const auto where = strata::parse_s3_url(url);
+  strata::object_store_options so;
+  so.bucket = where.bucket;
+  so.prefix = where.prefix;
+  return strata::any_tier::make<strata::object_store_tier>(so);
+#else
+  config_fail(fmt::format("strata: {}: this build of strata has no S3 tier (it needs libcurl and libcrypto when built)",
+                          url));
+#endif
+}
+
 // --- results ----------------------------------------------------------------------------------
 
 nb::list paths_of(const std::vector<strata::path_traffic>& v) {
@@ -337,6 +356,10 @@ std::vector<strata::param_step_run> step_runs_of(nb::handle h) {
 std::unique_ptr<optimizer> load(const std::string& dir, nb::kwargs kw) {
   const auto c = config_of(nb::dict(kw));
   nb::gil_scoped_release unlocked;
+  if (is_s3(dir)) {
+    auto store = store_of(dir);
+    return std::make_unique<optimizer>(strata::load_offloaded_adamw(c, store));
+  }
   return std::make_unique<optimizer>(strata::load_offloaded_adamw(c, dir));
 }
 
@@ -541,13 +564,31 @@ NB_MODULE(_core, m) {
       "verify_checkpoint",
       [](const std::string& dir) {
         std::uint64_t step = 0;
+        if (is_s3(dir)) {
+          auto store = store_of(dir);
+          nb::gil_scoped_release unlocked;
+          return strata::verify_checkpoint(store).step;
+        }
         {
           nb::gil_scoped_release unlocked;
           step = strata::verify_checkpoint(dir).step;
         }
         return step;
       },
-      "directory"_a, "Reads the whole checkpoint back against its checksums; returns its step (IntegrityError if damaged).");
+      "directory"_a,
+      "Reads the whole checkpoint (a directory or s3://bucket/prefix) back against its checksums; returns its step "
+      "(IntegrityError if damaged).");
+
+  m.def(
+      "remove_store_checkpoint",
+      [](const std::string& url) {
+        auto store = store_of(url);
+        nb::gil_scoped_release unlocked;
+        return strata::remove_checkpoint(store);
+      },
+      "url"_a, "Removes the checkpoint at s3://bucket/prefix (its parts, manifest and pointer; nothing else).");
+
+  m.attr("has_s3") = bool(STRATA_HAS_S3);
 
   m.def(
       "validate_state",
@@ -625,15 +666,23 @@ NB_MODULE(_core, m) {
           "save",
           [](optimizer& self, const std::string& dir, nb::handle tensors_in) {
             auto& o = self.get();
+            std::optional<strata::any_tier> store;
+            if (is_s3(dir)) store = store_of(dir);
             if (tensors_in.is_none()) {
               nb::gil_scoped_release unlocked;
-              o.save(dir);
+              if (store)
+                o.save(*store);
+              else
+                o.save(dir);
               return;
             }
             const auto list = tensors_of(tensors_in);
             with_tensors(list, [&](auto tensors) {
               nb::gil_scoped_release unlocked;
-              o.save(std::filesystem::path(dir), tensors);
+              if (store)
+                o.save(*store, tensors);
+              else
+                o.save(std::filesystem::path(dir), tensors);
             });
           },
           "directory"_a, "tensors"_a = nb::none(),

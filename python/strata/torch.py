@@ -137,6 +137,35 @@ class _Group:
             self.dist.barrier(group=self.group)
 
 
+class _Where:
+    """A checkpoint location: a local directory, or a prefix of an object store (s3://)."""
+
+    def __init__(self, text: Any):
+        text = text.text if isinstance(text, _Where) else os.fspath(text)
+        self.s3 = text.startswith("s3://")
+        self.text = text.rstrip("/") if self.s3 else text
+
+    def __truediv__(self, name: str) -> "_Where":
+        return _Where(f"{self.text}/{name}" if self.s3 else os.path.join(self.text, name))
+
+    def __str__(self) -> str:
+        return self.text
+
+    def absolute(self) -> str:
+        return self.text if self.s3 else os.path.abspath(self.text)
+
+    def exists(self) -> bool:
+        """Whether it may hold a checkpoint (an object store's is known when it is read)."""
+        return self.s3 or os.path.isdir(self.text)
+
+    def has_checkpoint(self) -> bool:
+        return self.s3 or os.path.exists(os.path.join(self.text, "manifest"))
+
+    def path(self) -> Path:
+        assert not self.s3
+        return Path(self.text)
+
+
 def _shares(numel: int, subgroup: int, world: int) -> List[tuple]:
     """Each rank's contiguous share [lo, hi) of `numel` parameters, whole subgroups, balanced."""
     groups = -(-numel // subgroup)
@@ -280,8 +309,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
             are replaced under torch.distributed. The ``strata`` preset spreads each subgroup's
             state over them in proportion to their bandwidth.
         host_memory_budget: host memory strata may use for its pipeline and cache, in bytes
-            (default: from the model: half what torch's AdamW would hold in memory, at most
-            4 GiB, at least what the pipeline needs).
+            (default: from the model: a quarter of what torch's AdamW would hold in memory, at
+            most 4 GiB, at least what the pipeline needs).
         cache: bytes of that budget that keep subgroups between steps (default: what the
             pipeline leaves).
         subgroup_size: parameters per subgroup, the unit of transfer and caching (default: from
@@ -357,6 +386,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         self.handover_used: Optional[str] = None
         self._steps_taken = 0       # step() calls that completed (skipped ones included)
         self._saved: Optional[tuple] = None  # (steps_taken, membership) of the last state_dict
+        self._store_saves: list = []  # (name, locations) of this run's saves into an object store
         self._saved_dict: Optional[dict] = None
         self._budget_total = host_memory_budget
         self._cache_total = cache
@@ -434,13 +464,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
             return p.get("url") or p.get("directory")
         return p
 
-    def _resolve_checkpoint_dir(self, checkpoint_dir: Optional[os.PathLike]) -> Optional[Path]:
+    def _resolve_checkpoint_dir(self, checkpoint_dir: Optional[os.PathLike]) -> Optional[_Where]:
         if checkpoint_dir is not None:
-            return Path(os.fspath(checkpoint_dir).format(rank=self._group.rank, local_rank=self._group.local_rank))
+            return _Where(os.fspath(checkpoint_dir).format(rank=self._group.rank, local_rank=self._group.local_rank))
         first = self._first_directory()
-        if first is None or str(first).startswith("s3://"):
-            return None
-        return Path(first) / "strata-checkpoints"
+        return None if first is None else _Where(first) / "strata-checkpoints"
 
     def add_param_group(self, param_group: dict) -> None:
         """As torch's; the group's parameters get their state when they first have a gradient."""
@@ -517,11 +545,12 @@ class OffloadedAdamW(torch.optim.Optimizer):
         return max((s.index for s in self._segments), default=-1) + 1
 
     def _default_budget(self, extra: Optional[_Segment] = None) -> int:
-        """Half of what torch's AdamW would hold in memory for these parameters (its two moments,
-        of the parameters' dtype), at most 4 GiB: strata never needs more RAM than it replaces."""
+        """A quarter of what torch's AdamW would hold in memory for these parameters (its two
+        moments, of the parameters' dtype), at most 4 GiB: strata needs far less RAM than what it
+        replaces, and the pipeline plus a cache fit in it (measured: bench/scripts/torch_memory.py)."""
         segs = list(self._segments) + ([extra] if extra is not None and extra not in self._segments else [])
         one_array = sum(_local(p).numel() * _local(p).element_size() for s in segs for p in s.params)
-        return min(_DEFAULT_BUDGET_CAP, one_array)
+        return min(_DEFAULT_BUDGET_CAP, one_array // 2)
 
     def _configure(self, seg: _Segment, subgroup: Optional[int] = None) -> None:
         """Chooses the segment's subgroup size and this rank's share (the same on every rank: it
@@ -530,10 +559,10 @@ class OffloadedAdamW(torch.optim.Optimizer):
         if subgroup is None:
             subgroup = self._subgroup
         if subgroup is None:
-            # A sixty-fourth of the rank's share: the pipeline's slots (9 with the strata preset)
-            # then take under 2 bytes a parameter, well inside the default budget.
+            # A 256th of the rank's share: the pipeline's slots (9 with the strata preset) then take
+            # under half a byte a parameter, inside the default budget with room for a cache.
             per_rank = -(-seg.numel // (g.world if g.shard else 1))
-            subgroup = 1 << max(0, (max(1, per_rank // 64)).bit_length() - 1)
+            subgroup = 1 << max(0, (max(1, per_rank // 256)).bit_length() - 1)
             subgroup = max(_MIN_SUBGROUP, min(_MAX_SUBGROUP, subgroup))
         seg.subgroup = int(subgroup)
         seg.share = _shares(seg.numel, seg.subgroup, g.world)[g.rank] if g.shard else (0, seg.numel)
@@ -908,9 +937,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
         prints = [_handover.fingerprint(_local(p)) for s in self._segments for p in s.params]
         return torch.stack(prints).cpu().tolist() if prints else []
 
-    def _shard_dir(self, root: Path, seg: _Segment) -> Path:
-        d = root / f"seg-{seg.index}"
-        return d / f"rank-{self._group.rank}-of-{self._group.world}" if self._group.shard else d
+    def _shard_dir(self, root: _Where, index: int, sharded: bool) -> _Where:
+        d = root / f"seg-{index}"
+        return d / f"rank-{self._group.rank}-of-{self._group.world}" if sharded else d
 
     def state_dict(self) -> dict:
         """A small dict that torch.save keeps: the param groups and the name of a strata
@@ -927,7 +956,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
                          step_count=None if s.core is None else s.core.step_count)
                     for s in self._segments]
         info = {"format": 2, "steps_taken": self._steps_taken, "checkpoint": None,
-                "checkpoint_dir": None if self._checkpoint_dir is None else os.path.abspath(self._checkpoint_dir),
+                "checkpoint_dir": None if self._checkpoint_dir is None else self._checkpoint_dir.absolute(),
                 "world_size": self._group.world, "sharded": self._group.shard, "segments": segments,
                 "param_numels": [_local(p).numel() for p in self._params_by_index()]}
         if not fresh:
@@ -947,19 +976,30 @@ class OffloadedAdamW(torch.optim.Optimizer):
                               "directory: pass checkpoint_dir=")
         root = self._checkpoint_dir
         name = f"step-{self._steps_taken:09d}"
-        root.mkdir(parents=True, exist_ok=True)
-        _retention.record(root, self._group.rank, name)
+        if not root.s3:
+            root.path().mkdir(parents=True, exist_ok=True)
+            _retention.record(root.path(), self._group.rank, name)
+        targets = []
         for seg in self._segments:
             if seg.core is None:
                 continue
             if seg.staged:
                 seg.stage_weights_in()
-            target = self._shard_dir(root / name, seg)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            target = self._shard_dir(root / name, seg.index, self._group.shard)
+            if not target.s3:
+                target.path().parent.mkdir(parents=True, exist_ok=True)
             seg.core.save(str(target), seg.weights_for_core())
+            targets.append(target)
         self._group.barrier()
-        if self._keep:
-            _retention.prune(root, self._group.rank, self._keep, self._group.shard, self._group.world)
+        if self._keep and not root.s3:
+            _retention.prune(root.path(), self._group.rank, self._keep, self._group.shard, self._group.world)
+        elif self._keep:
+            # An object store has no journal of ours: the saves of this run are what it prunes.
+            self._store_saves = [x for x in self._store_saves if x[0] != name] + [(name, targets)]
+            for _, old in self._store_saves[:-self._keep]:
+                for t in old:
+                    _core.remove_store_checkpoint(str(t))
+            self._store_saves = self._store_saves[-self._keep:]
         return name
 
     def torch_state_dict(self) -> dict:
@@ -1052,14 +1092,15 @@ class OffloadedAdamW(torch.optim.Optimizer):
                               f"{g.world} ranks: resume with shard=False, or from torch_state_dict()")
         name = info.get("checkpoint")
         root = None
+        sharded = bool(info.get("sharded"))
         if name is not None:
-            candidates = [c for c in (self._checkpoint_dir, info.get("checkpoint_dir")) if c is not None]
+            candidates = [_Where(c) for c in (self._checkpoint_dir, info.get("checkpoint_dir")) if c is not None]
             for c in candidates:
-                if (Path(c) / name).is_dir():
-                    root = Path(c) / name
+                if (c / name).exists():
+                    root = c / name
                     break
             if root is None:
-                where = " or ".join(str(Path(c) / name) for c in candidates) or name
+                where = " or ".join(str(c / name) for c in candidates) or name
                 raise ConfigError(f"strata.torch: checkpoint {name} is not in {where} (removed by keep_checkpoints, "
                                   f"or moved: pass the directory holding it as checkpoint_dir=)")
         saved = info.get("segments", [])
@@ -1072,9 +1113,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
         # Everything is read back against its checksums before the running state is given up.
         if root is not None:
             for s, _ in plan:
-                d = root / f"seg-{s['index']}"
-                d = d / f"rank-{g.rank}-of-{g.world}" if info.get("sharded") else d
-                if (d / "manifest").exists():
+                d = self._shard_dir(root, s["index"], sharded)
+                if d.has_checkpoint():
                     found = _core.verify_checkpoint(str(d))
                     if s.get("step_count") is not None and found != s["step_count"]:
                         raise ConfigError(f"strata.torch: checkpoint {d} now holds step {found}, the state dict names "
@@ -1084,15 +1124,12 @@ class OffloadedAdamW(torch.optim.Optimizer):
             hyper = dict(s["hyper"], betas=tuple(s["hyper"]["betas"]))
             seg = _Segment(s["index"], ps, [self._group_index(p) for p in ps], hyper, self)
             self._configure(seg, s["subgroup_size"])
-            d = None
-            if root is not None:
-                d = root / f"seg-{s['index']}"
-                d = d / f"rank-{g.rank}-of-{g.world}" if info.get("sharded") else d
+            d = None if root is None else self._shard_dir(root, s["index"], sharded)
             if seg.share_numel > 0:
                 if d is None:
                     self._create_core(seg, None)
                 else:
-                    if not (d / "manifest").exists():
+                    if not d.has_checkpoint():
                         raise ConfigError(f"strata.torch: checkpoint {d} is missing (its rank did not save it?)")
                     opts = self._segment_options(seg)
                     opts.pop("subgroup_size", None)

@@ -75,6 +75,26 @@ TEST_CASE("a checkpoint saved into a store loads back bit for bit, and a second 
   CHECK(same_bits(master_of(back, n), master_of(opt, n)));
 }
 
+TEST_CASE("remove_checkpoint removes the checkpoint's parts, manifest and pointer, and nothing else") {
+  const std::size_t n = 3000;
+  strata::host_tier tier(strata::host_tier_options{.name = "state"});
+  strata::host_tier store_tier(strata::host_tier_options{.name = "store"});
+  auto store = strata::any_tier::ref(store_tier);
+  const std::vector<std::byte> mine(100, std::byte{7});
+  store_tier.write("notes", 0, mine).get();  // an object of another form beside the checkpoint
+  opt_t opt(tier, random_params(n, 2), {}, opts(1000));
+  run_steps(opt, n, 2, 40);
+  opt.save(store);
+  const auto m = strata::verify_checkpoint(store);
+  CHECK(strata::remove_checkpoint(store));
+  for (std::size_t s = 0; s < 3; ++s) CHECK_FALSE(store_tier.size(fmt::format("{}.{}", m.data_file, s)).has_value());
+  CHECK_FALSE(store_tier.size("manifest-" + m.data_file.substr(6)).has_value());
+  CHECK_FALSE(store_tier.size("checkpoint").has_value());
+  CHECK(store_tier.size("notes") == mine.size());
+  CHECK_FALSE(strata::remove_checkpoint(store));
+  CHECK_THROWS_AS((void)strata::verify_checkpoint(store), strata::error);
+}
+
 TEST_CASE("a save that fails part-way leaves the previous checkpoint loadable and nothing of itself") {
   const std::size_t n = 4000;
   strata::host_tier tier(strata::host_tier_options{.name = "state"});

@@ -230,4 +230,17 @@ inline checkpoint_manifest verify_checkpoint(any_tier& store) {
   return m;
 }
 
+/// Removes the checkpoint in `store` (a retention policy's older one): the objects its pointer
+/// names (the current save's parts and manifest, and what a killed save left), then the pointer
+/// itself. Objects of other forms stay. Returns whether there was a checkpoint.
+inline bool remove_checkpoint(any_tier& store) {
+  const auto p = detail::read_pointer(store);
+  if (!p) return false;
+  if (!p->pending.empty()) detail::remove_store_checkpoint(store, p->pending);
+  if (!p->current.empty() && p->current.starts_with("manifest-"))
+    detail::remove_store_checkpoint(store, "state-" + p->current.substr(9));
+  (void)store.remove(std::string(detail::checkpoint_pointer::object));
+  return true;
+}
+
 }  // namespace strata
