@@ -165,8 +165,10 @@ T take(nb::dict& d, const char* key, T fallback) {
 strata::offload_path_config path_of(nb::handle h, std::size_t i) {
   strata::offload_path_config p;
   if (nb::isinstance<nb::dict>(h)) {
-    nb::dict d = nb::borrow<nb::dict>(h);
-    d = nb::dict(d);  // a copy: take() removes the keys it reads
+    // A copy (take() removes the keys it reads): the caller's dict is used again for the next
+    // optimizer, and nb::dict(d) would be the same object.
+    nb::dict d = nb::steal<nb::dict>(PyDict_Copy(h.ptr()));
+    if (!d.is_valid()) throw nb::python_error();
     p.directory = take<std::string>(d, "directory", "");
     p.url = take<std::string>(d, "url", "");
     p.name = take<std::string>(d, "name", "");
@@ -189,7 +191,8 @@ strata::offload_path_config path_of(nb::handle h, std::size_t i) {
 }
 
 strata::offloaded_adamw_config config_of(nb::dict options) {
-  nb::dict d(options);
+  nb::dict d = nb::steal<nb::dict>(PyDict_Copy(options.ptr()));  // (take() removes the keys it reads)
+  if (!d.is_valid()) throw nb::python_error();
   strata::offloaded_adamw_config c;
   c.preset = take<std::string>(d, "preset", c.preset);
   if (d.contains("paths")) {

@@ -82,32 +82,58 @@ def _dist():
 
 
 class _Group:
-    """The process group a sharded optimizer works in (world 1 when not distributed)."""
+    """The process group a sharded optimizer works in (world 1 when not distributed).
+
+    An optimizer is often built before the process group exists (HF Trainer and accelerate
+    initialise it after the user built the optimizer they pass in): then the ranks come from
+    torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK) and the group is taken at the first
+    collective, which must find it initialised with the same ranks."""
 
     def __init__(self, process_group: Any, shard: Optional[bool], dtensors: bool):
         dist = _dist()
-        self.dist = dist
         self.group = None
-        self.world, self.rank = 1, 0
+        self.world, self.rank, self.local_rank = 1, 0, 0
+        self.pending = False
         if dist is not None:
             self.group = process_group if process_group is not None else dist.group.WORLD
             self.world = dist.get_world_size(self.group)
             self.rank = dist.get_rank(self.group)
-        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank)) if dist is not None else 0
+            self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        elif process_group is not None:
+            raise ConfigError("strata.torch: process_group given, but torch.distributed is not initialized")
+        elif int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ:
+            self.world, self.rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+            self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+            self.pending = True
         if shard and self.world == 1:
             shard = False
         if shard and dtensors:
             raise ConfigError("strata.torch: shard=True with DTensor parameters: FSDP shards them already, and strata "
                               "offloads each rank's local shard as it is (leave shard unset)")
         self.shard = self.world > 1 and not dtensors if shard is None else bool(shard)
-        self.backend = dist.get_backend(self.group) if dist is not None else None
+
+    @property
+    def dist(self):
+        if self.pending:
+            dist = _dist()
+            if dist is None:
+                raise ConfigError(f"strata.torch: WORLD_SIZE={self.world} and RANK={self.rank} in the environment, but "
+                                  f"torch.distributed is not initialized: initialize it before the first step (or "
+                                  f"build the optimizer with shard=False outside torch.distributed)")
+            if dist.get_world_size() != self.world or dist.get_rank() != self.rank:
+                raise ConfigError(f"strata.torch: the optimizer was built for rank {self.rank} of {self.world} (from "
+                                  f"the environment), but torch.distributed says rank {dist.get_rank()} of "
+                                  f"{dist.get_world_size()}")
+            self.group = dist.group.WORLD
+            self.pending = False
+        return _dist()
 
     @property
     def distributed(self) -> bool:
         return self.world > 1
 
     def comm_device(self) -> torch.device:
-        if self.backend == "nccl":
+        if self.dist.get_backend(self.group) == "nccl":
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
 
@@ -118,23 +144,13 @@ class _Group:
         self.dist.all_reduce(t, group=self.group)
         return t.cpu().tolist()
 
-    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
-        if self.world == 1:
-            return obj
-        box = [obj]
-        self.dist.broadcast_object_list(box, src=self.global_rank(src), group=self.group)
-        return box[0]
-
     def global_rank(self, r: int) -> int:
-        if self.group is None or self.dist is None:
+        dist = self.dist
+        if self.group is None or dist is None:
             return r
-        if hasattr(self.dist, "get_global_rank"):
-            return self.dist.get_global_rank(self.group, r)
-        return self.dist.distributed_c10d._get_global_rank(self.group, r)
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            self.dist.barrier(group=self.group)
+        if hasattr(dist, "get_global_rank"):
+            return dist.get_global_rank(self.group, r)
+        return dist.distributed_c10d._get_global_rank(self.group, r)
 
 
 class _Where:
@@ -866,6 +882,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
                      share=s.share, subgroup_size=s.subgroup, prefix=s.prefix) for s in self._segments]
 
     @property
+    def sharded(self) -> bool:
+        """Whether each rank holds one shard of the state (torch.distributed, ZeRO-1)."""
+        return self._group.shard
+
+    @property
     def gradients(self) -> str:
         cores = self._cores()
         return cores[0].gradients if cores else self._options["gradients"]
@@ -949,8 +970,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
         if self._closed:
             raise ConfigError("strata.torch: state_dict() on a closed optimizer")
         index = self._param_index()
-        fresh = self._steps_taken == 0 and self._group.all_sum(
-            [float(sum(c.step_count for c in self._cores()))])[0] == 0
+        # No collective here: HF Trainer asks rank 0 alone (every rank's steps_taken is the same).
+        fresh = self._steps_taken == 0 and all(c.step_count == 0 for c in self._cores())
         segments = [dict(index=s.index, params=[index[id(p)] for p in s.params], numel=s.numel, dtype=str(s.dtype),
                          subgroup_size=s.subgroup, hyper=dict(s.hyper, betas=list(s.hyper["betas"])),
                          step_count=None if s.core is None else s.core.step_count)
@@ -990,7 +1011,6 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 target.path().parent.mkdir(parents=True, exist_ok=True)
             seg.core.save(str(target), seg.weights_for_core())
             targets.append(target)
-        self._group.barrier()
         if self._keep and not root.s3:
             _retention.prune(root.path(), self._group.rank, self._keep, self._group.shard, self._group.world)
         elif self._keep:

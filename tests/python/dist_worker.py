@@ -70,10 +70,27 @@ def main() -> int:
     ap.add_argument("--init", required=True)
     ap.add_argument("--dir", required=True)
     args = ap.parse_args()
-    dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world)
     out = {}
     r = args.rank
-    if args.scenario in ("ddp", "save"):
+    early = None
+    if args.scenario == "built_before_init":
+        # Trainer and accelerate start the process group after the user built the optimizer:
+        # the ranks come from torchrun's environment until then.
+        os.environ.update(RANK=str(r), WORLD_SIZE=str(args.world), LOCAL_RANK=str(r))
+        early_m = model()
+        early = (early_m, strata_opt(early_m.parameters(), args))
+    dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world)
+    if args.scenario == "built_before_init":
+        ref_m = model()
+        ddp_ref = torch.nn.parallel.DistributedDataParallel(ref_m)
+        ref = torch.optim.AdamW(ddp_ref.parameters(), lr=1e-2, foreach=False)
+        m, opt = early
+        ddp = torch.nn.parallel.DistributedDataParallel(m)
+        train(ddp_ref, ref, 0, STEPS, r)
+        train(ddp, opt, 0, STEPS, r)
+        out.update(max_rel=max_rel(ref_m, m), same=same_on_every_rank(m), share=opt.segments[0]["share"],
+                   node_limited=all(p.get("node_limited") for p in opt._options["paths"]))
+    elif args.scenario in ("ddp", "save"):
         ref_m, m = model(), model()
         ddp_ref = torch.nn.parallel.DistributedDataParallel(ref_m)
         ddp = torch.nn.parallel.DistributedDataParallel(m)

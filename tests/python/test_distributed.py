@@ -64,6 +64,14 @@ def test_ddp_shards_resume_exactly_on_the_same_world_and_are_refused_on_another(
         assert "saved by 2 ranks" in o["message"] and "this run has 3" in o["message"]
 
 
+def test_an_optimizer_built_before_the_process_group_shards_by_torchrun_s_environment(tmp_path):
+    out = run("built_before_init", 2, tmp_path)
+    assert [o["share"][0] for o in out] == [0, out[0]["share"][1]]
+    for o in out:
+        assert o["max_rel"] < REL and o["same"]
+        assert o["node_limited"]  # the ranks of a node share the node-wide I/O limiter
+
+
 def test_without_ddp_each_rank_updates_its_shard_and_every_model_matches(tmp_path):
     for o in run("no_ddp", 2, tmp_path):
         assert o["max_rel"] < REL and o["same"]

@@ -4,6 +4,12 @@ accelerate asks the optimizer for its state_dict when it wraps it, Trainer's sav
 resume_from_checkpoint and accelerate's save_state/load_state resume a run bit for bit. Each run
 is checked against the same loop with torch.optim.AdamW (GPT-2 built from a config: no download)."""
 
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -130,3 +136,58 @@ def test_accelerate_save_state_and_load_state_resume_bit_for_bit(tmp_path):
     acc2.load_state(str(tmp_path / "state"))
     loop(m2, o2, acc2, 3, first=3)
     assert weights_equal(whole, resumed)
+
+
+def trainer_ranks(tmp_path, world=2, timeout=300, **kw):
+    """Trainer on `world` ranks (torchrun's environment, one process each); returns each rank's
+    exit status."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker = Path(__file__).with_name("hf_dist_worker.py")
+    args = [f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}" for k, v in kw.items()]
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, str(worker), f"--out={tmp_path}"] + args, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    return [p.returncode for p in procs], outs
+
+
+def rank_weights(tmp_path, r):
+    m = gpt2()
+    m.load_state_dict(torch.load(tmp_path / f"weights-{r}.pt"))
+    return m
+
+
+def test_trainer_under_ddp_with_a_sharded_state_trains_saves_and_resumes_as_with_torch_adamw(tmp_path):
+    if not hasattr(torch.cpu, "device_count"):
+        pytest.skip(f"Trainer under DDP on the CPU needs torch.cpu.device_count (torch >= 2.1; this is {torch.__version__})")
+    codes, outs = trainer_ranks(tmp_path / "torch", optimizer="torch")
+    assert codes == [0, 0], outs
+    codes, outs = trainer_ranks(tmp_path / "whole", optimizer="strata")
+    assert codes == [0, 0], outs
+    ref = rank_weights(tmp_path / "torch", 0)
+    whole = [rank_weights(tmp_path / "whole", r) for r in range(2)]
+    assert weights_equal(whole[0], whole[1])  # every rank's model is the same
+    assert max_rel(ref, whole[0]) < REL  # and it is DDP + torch AdamW's
+
+    # A checkpoint at step 3 (every rank writes its shard: SaveShards), resumed on two new ranks.
+    run = tmp_path / "run"
+    codes, outs = trainer_ranks(run, optimizer="strata", steps=3, save_steps=3, callback=True)
+    assert codes == [0, 0], outs
+    ck = run / "trainer" / "checkpoint-3"
+    codes, outs = trainer_ranks(run, optimizer="strata", resume=ck, seed=3)
+    assert codes == [0, 0], outs
+    assert weights_equal(whole[0], rank_weights(run, 0))
+
+    # Without the callback only rank 0's shard exists: the resume is refused, naming the missing one.
+    bare = tmp_path / "bare"
+    codes, outs = trainer_ranks(bare, optimizer="strata", steps=3, save_steps=3)
+    assert codes == [0, 0], outs
+    codes, outs = trainer_ranks(bare, optimizer="strata", resume=bare / "trainer" / "checkpoint-3")
+    assert 3 in codes
+    errors = [(bare / f"error-{r}.txt").read_text() for r in range(2) if (bare / f"error-{r}.txt").exists()]
+    assert any("rank-1-of-2" in e and "missing" in e for e in errors), errors

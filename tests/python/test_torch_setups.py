@@ -201,6 +201,19 @@ def test_mixed_dtypes_in_one_group_train_each_on_its_fp32_master(tmp_path):
     assert torch.equal(model[0].weight, master[:model[0].weight.numel()].view_as(model[0].weight).bfloat16())
 
 
+def test_a_path_given_as_a_dict_holds_the_state_of_every_segment_and_is_left_as_it_was(tmp_path):
+    model = make_model()
+    model[0].to(torch.bfloat16)
+    path = {"directory": str(tmp_path / "fast"), "name": "fast", "read_bandwidth": 2e9}
+    given = dict(path)
+    opt = strata_opt(model, tmp_path, params=list(model.parameters()), paths=[path])
+    assert path == given
+    assert len(opt.segments) == 2
+    files = sorted(f for f in (tmp_path / "fast").iterdir() if ".sg-" in f.name)
+    assert {f.name.split(".sg-")[0] for f in files} == {"strata.0", "strata.1"}
+    assert [t["name"] for t in opt.path_totals()] == ["fast"]
+
+
 def test_a_group_added_after_construction_trains_as_torch_does(tmp_path):
     ref_model, model = make_model(), make_model()
     ref = torch.optim.AdamW(ref_model[0].parameters(), lr=1e-2, foreach=False)

@@ -1,0 +1,40 @@
+"""Hugging Face integration: what Trainer needs beyond swapping the optimizer in.
+
+Under DistributedDataParallel, Trainer asks rank 0 alone for the optimizer's state_dict() when it
+saves a checkpoint. strata's state is sharded over the ranks, and each rank writes its own shard,
+so the other ranks must be asked too: ``SaveShards`` does that from Trainer's on_save, which
+every rank runs. Without it a resume from such a checkpoint is refused, naming the missing shard.
+
+    trainer = Trainer(..., optimizers=(OffloadedAdamW(...), None), callbacks=[strata.hf.SaveShards()])
+"""
+
+from __future__ import annotations
+
+try:
+    from transformers import TrainerCallback
+except ImportError as e:
+    raise ImportError("strata.hf needs transformers: pip install transformers") from e
+
+from .torch import OffloadedAdamW
+
+__all__ = ["SaveShards"]
+
+
+def _unwrap(opt):
+    """The OffloadedAdamW inside accelerate's and Trainer's wrappers, or None."""
+    seen = 0
+    while opt is not None and not isinstance(opt, OffloadedAdamW) and seen < 8:
+        opt = getattr(opt, "optimizer", None)
+        seen += 1
+    return opt if isinstance(opt, OffloadedAdamW) else None
+
+
+class SaveShards(TrainerCallback):
+    """Makes every rank write its shard of a sharded OffloadedAdamW when Trainer saves (rank 0's
+    was written by the state_dict() Trainer asked it for; asking again costs nothing there)."""
+
+    def on_save(self, args, state, control, **kwargs):
+        opt = _unwrap(kwargs.get("optimizer"))
+        if opt is not None and opt.sharded:
+            opt.state_dict()
+        return control
