@@ -17,6 +17,15 @@ def _cuda_available() -> bool:
 def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("STRATA_CUDA_TESTS") == "1" and not _cuda_available():
         session.exitstatus = 77
+    # bench/scripts/torch_agreement.sh: each test's largest difference from torch's AdamW.
+    out = os.environ.get("STRATA_AGREEMENT_JSON")
+    if out:
+        import json
+        import sys
+
+        helpers = sys.modules.get("front_helpers")
+        with open(out, "w") as f:
+            json.dump(getattr(helpers, "AGREEMENT", {}), f, indent=1, sort_keys=True)
 
 
 def pytest_collection_modifyitems(config, items):

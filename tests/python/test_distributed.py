@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():
     pytest.skip("this torch has no torch.distributed", allow_module_level=True)
 
+from front_helpers import record  # noqa: E402
+
 WORKER = Path(__file__).with_name("dist_worker.py")
 REL = 1e-6
 
@@ -29,7 +31,11 @@ def run(scenario, world, tmp_path, timeout=240):
     outputs = [p.communicate(timeout=timeout)[0] for p in procs]
     for r, (p, text) in enumerate(zip(procs, outputs)):
         assert p.returncode == 0, f"rank {r} of {scenario} failed:\n{text}"
-    return [json.loads((tmp_path / f"{scenario}-{r}.json").read_text()) for r in range(world)]
+    out = [json.loads((tmp_path / f"{scenario}-{r}.json").read_text()) for r in range(world)]
+    for o in out:
+        if "max_rel" in o:
+            record(o["max_rel"])
+    return out
 
 
 @pytest.mark.parametrize("world", [2, 3])
