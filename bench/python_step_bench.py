@@ -118,8 +118,10 @@ def run_native(a, g):
 
 def run_front(a, g):
     p = torch.nn.Parameter(init_weights(a.params, torch.bfloat16))
+    # The cpp side's budget has no limit: so has this one (the front's default is a quarter of
+    # torch's state), with the same cache.
     opt = OffloadedAdamW([p], lr=1e-3, paths=[a.path], handover="step", subgroup_size=a.subgroup, threads=a.threads,
-                         cache_subgroups=cache_subgroups(a))
+                         cache_subgroups=cache_subgroups(a), host_memory_budget=1 << 62)
     try:
         times = timed(a, lambda: setattr(p, "grad", g), opt.step)
     finally:

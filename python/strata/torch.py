@@ -769,12 +769,16 @@ class OffloadedAdamW(torch.optim.Optimizer):
     def _join_new(self) -> None:
         """Parameters that have a gradient and no state yet (unfrozen, or added later) get it."""
         members = self._member_ids()
-        new, seen = [], set()
+        candidates, seen = [], set()
         for g in self.param_groups:
             for p in g["params"]:
-                if id(p) not in members and id(p) not in seen and p.grad is not None:
-                    new.append(p)
+                if id(p) not in members and id(p) not in seen:
+                    candidates.append(p)
                     seen.add(id(p))
+        has = [1.0 if p.grad is not None else 0.0 for p in candidates]
+        if self._group.shard and candidates:  # every rank joins the same ones (a gradient on any rank)
+            has = self._group.all_sum(has)
+        new = [p for p, h in zip(candidates, has) if h > 0]
         self._join(new)
         if new:
             self._saved = None

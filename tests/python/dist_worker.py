@@ -126,6 +126,22 @@ def main() -> int:
             whole = model()
             whole.load_state_dict(torch.load(os.path.join(args.dir, f"whole-{r}.pt")))
             out.update(equal=all(torch.equal(a, b) for a, b in zip(whole.parameters(), m.parameters())))
+    elif args.scenario == "join_on_one_rank":
+        # Without DDP a parameter may get a gradient on one rank only: every rank still gives it
+        # state in the same step (the collectives of later steps must match).
+        m = model()
+        m[2].requires_grad_(False)
+        opt = strata_opt(m.parameters(), args)
+        for t in range(4):
+            if t == 2:
+                m[2].requires_grad_(True)
+            x, y = batch(t, r)
+            opt.zero_grad()
+            h = m[1](m[0](x))
+            out = m[2](h) if (t < 2 or r == 0) else h @ m[2].weight.detach().t()
+            torch.nn.functional.mse_loss(out, y).backward()
+            opt.step()
+        out.update(segments=len(opt.segments), same=same_on_every_rank(m))
     elif args.scenario == "no_ddp":
         # Without DDP each rank updates its shard with its own gradients; the same data everywhere
         # then gives one process's run.

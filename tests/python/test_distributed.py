@@ -78,6 +78,12 @@ def test_an_optimizer_built_before_the_process_group_shards_by_torchrun_s_enviro
         assert o["node_limited"]  # the ranks of a node share the node-wide I/O limiter
 
 
+def test_a_parameter_with_a_gradient_on_one_rank_only_gets_state_on_every_rank(tmp_path):
+    out = run("join_on_one_rank", 2, tmp_path, timeout=120)
+    assert [o["segments"] for o in out] == [2, 2]
+    assert all(o["same"] for o in out)
+
+
 def test_without_ddp_each_rank_updates_its_shard_and_every_model_matches(tmp_path):
     for o in run("no_ddp", 2, tmp_path):
         assert o["max_rel"] < REL and o["same"]

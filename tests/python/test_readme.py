@@ -26,6 +26,7 @@ def test_readme_pytorch_usage_runs_and_updates_the_model(tmp_path, monkeypatch):
     exec(compile(code, str(README), "exec"), scope)
     opt, model = scope["opt"], scope["model"]
     assert opt.native.step_count == 1
+    assert opt.stats()["host_memory_peak"] <= 256 << 20
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())  # (torch 1.13 zeroes them)
     assert sorted(os.listdir(tmp_path / "offload")) == ["nvme", "pfs"]
     opt.close()

@@ -13,6 +13,7 @@
 /// to wait for the copies).
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,7 @@
 #include "strata/offload/offload_layout.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/cpu_dispatch.hpp"
 #include "strata/optim/step_rates.hpp"
 
 namespace strata {
@@ -46,40 +48,57 @@ struct model_copy {
   [[nodiscard]] bool empty() const noexcept { return host.empty() && device.empty(); }
 };
 
-/// Makes `master` follow `model`, a model copy someone may have written into since the update
-/// wrote it: each master weight whose value rounded to H differs from the copy's (bit for bit)
-/// becomes the copy's value, widened. Returns how many did. (For H = float the copy is the master
-/// itself after an update, so any difference is a write; for 16-bit copies a write of the very
-/// value the master rounds to goes unseen, and leaves the master's extra bits as they are.)
-template <class H>
-  requires model_copy_type<H>
-std::size_t adopt_model_copy(std::span<float> master, std::span<const H> model) {
-  STRATA_ASSERT(master.size() == model.size());
-  constexpr std::size_t chunk = 1024;
+namespace detail {
+
+// adopt_model_copy over chunks of `chunk` elements; a full chunk's loops have a constant trip
+// count, which the compiler vectorizes at -O2.
+template <class H, std::size_t chunk = 1024>
+std::size_t adopt_chunks(float* master, const H* model, std::size_t n) {
   std::size_t adopted = 0;
-  for (std::size_t at = 0; at < master.size(); at += chunk) {
-    const std::size_t n = std::min(chunk, master.size() - at);
-    float* p = master.data() + at;
-    const H* h = model.data() + at;
+  const auto one = [&](float* p, const H* h, std::size_t k) {
     if constexpr (std::is_same_v<H, float>) {
-      if (std::memcmp(p, h, n * sizeof(float)) == 0) continue;  // the common case: nothing written
-      for (std::size_t i = 0; i < n; ++i)
+      if (std::memcmp(p, h, k * sizeof(float)) == 0) return;  // the common case: nothing written
+      for (std::size_t i = 0; i < k; ++i)
         if (std::bit_cast<std::uint32_t>(p[i]) != std::bit_cast<std::uint32_t>(h[i])) {
           p[i] = h[i];
           ++adopted;
         }
     } else {
       std::uint16_t rounded[chunk];
-      for (std::size_t i = 0; i < n; ++i) rounded[i] = H(p[i]).bits;
-      if (std::memcmp(rounded, h, n * sizeof(H)) == 0) continue;
-      for (std::size_t i = 0; i < n; ++i)
+      if (k == chunk) {
+        for (std::size_t i = 0; i < chunk; ++i) rounded[i] = H(p[i]).bits;
+      } else {
+        for (std::size_t i = 0; i < k; ++i) rounded[i] = H(p[i]).bits;
+      }
+      if (std::memcmp(rounded, h, k * sizeof(H)) == 0) return;
+      for (std::size_t i = 0; i < k; ++i)
         if (rounded[i] != h[i].bits) {
           p[i] = static_cast<float>(h[i]);
           ++adopted;
         }
     }
-  }
+  };
+  for (std::size_t at = 0; at < n; at += chunk) one(master + at, model + at, std::min(chunk, n - at));
   return adopted;
+}
+
+}  // namespace detail
+
+/// Makes `master` follow `model`, a model copy someone may have written into since the update
+/// wrote it: each master weight whose value rounded to H differs from the copy's (bit for bit)
+/// becomes the copy's value, widened. Returns how many did. (For H = float the copy is the master
+/// itself after an update, so any difference is a write; for 16-bit copies a write of the very
+/// value the master rounds to goes unseen, and leaves the master's extra bits as they are.) One
+/// read of both arrays, on the calling thread and up to pool->size() - 1 of `pool`'s workers.
+template <class H>
+  requires model_copy_type<H>
+std::size_t adopt_model_copy(std::span<float> master, std::span<const H> model, thread_pool* pool = nullptr) {
+  STRATA_ASSERT(master.size() == model.size());
+  std::atomic<std::size_t> adopted{0};
+  detail::parallel_tiles(master.size(), std::size_t{1} << 16, pool, [&](std::size_t b, std::size_t e) {
+    adopted.fetch_add(detail::adopt_chunks<H>(master.data() + b, model.data() + b, e - b), std::memory_order_relaxed);
+  });
+  return adopted.load();
 }
 
 /// `Pieces::for_each(s, host slot, f)` calls f(lo, hi, grads, model) for the parts [lo, hi) of
@@ -119,7 +138,7 @@ class adamw_subgroup_kernel {
     float* st = reinterpret_cast<float*>(slot.data());
     pieces_.for_each(s, slot, [&](std::size_t lo, std::size_t hi, std::span<const G> grads, std::span<H> own) {
       const std::span<H> model = weights(s, lo, hi, own);
-      if (adopt_ && !model.empty()) adopt_model_copy<H>(std::span<float>(st + (lo - base), hi - lo), model);
+      if (adopt_ && !model.empty()) adopt_model_copy<H>(std::span<float>(st + (lo - base), hi - lo), model, pool_);
       if (grads.empty()) return;
       k_.for_each_piece(lo, hi - lo, [&](std::size_t off, std::size_t len, const adamw_step_params& k) {
         const std::size_t at = lo - base + off;
