@@ -138,8 +138,8 @@ def main() -> int:
             x, y = batch(t, r)
             opt.zero_grad()
             h = m[1](m[0](x))
-            out = m[2](h) if (t < 2 or r == 0) else h @ m[2].weight.detach().t()
-            torch.nn.functional.mse_loss(out, y).backward()
+            pred = m[2](h) if (t < 2 or r == 0) else h @ m[2].weight.detach().t()
+            torch.nn.functional.mse_loss(pred, y).backward()
             opt.step()
         out.update(segments=len(opt.segments), same=same_on_every_rank(m))
     elif args.scenario == "no_ddp":
