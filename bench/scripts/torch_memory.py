@@ -148,7 +148,6 @@ def child(a):
     if a.child == "torch":
         opt = torch.optim.AdamW(params, lr=1e-4, foreach=False)
     else:
-        import strata
         import strata.torch as st
 
         path = os.path.join(a.dir, "nvme")

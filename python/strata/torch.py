@@ -32,7 +32,6 @@ It trains as torch's AdamW does wherever that one is used:
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import threading
 import weakref
