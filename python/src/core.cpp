@@ -333,15 +333,18 @@ class optimizer {
  public:
   explicit optimizer(std::unique_ptr<strata::any_offloaded_adamw> o) : o_(std::move(o)) {}
 
-  strata::any_offloaded_adamw& get() {
+  strata::any_offloaded_adamw& get() { return *ptr(); }
+  // A reference that keeps the optimizer alive through a call that releases the GIL, so that
+  // close() from another thread meanwhile cannot free it under the call.
+  std::shared_ptr<strata::any_offloaded_adamw> ptr() {
     if (!o_) config_fail("strata: the optimizer was closed");
-    return *o_;
+    return o_;
   }
 
   void close() noexcept { o_.reset(); }
 
  private:
-  std::unique_ptr<strata::any_offloaded_adamw> o_;
+  std::shared_ptr<strata::any_offloaded_adamw> o_;
 };
 
 // [(first, steps), ...] as param_steps' runs.
@@ -369,7 +372,8 @@ std::unique_ptr<optimizer> load(const std::string& dir, nb::kwargs kw) {
 void accept_gradients(optimizer& self, std::size_t first, const array& g) {
   check_flat(g, "the gradient");
   const dtype_kind k = kind_of(g, "the gradient");
-  auto& o = self.get();
+  const auto keep = self.ptr();
+  auto& o = *keep;
   nb::gil_scoped_release unlocked;
   switch (k) {
     case dtype_kind::f32: return o.accept_gradients_at(first, span_of<const float>(g));
@@ -389,7 +393,8 @@ nb::dict step(optimizer& self, nb::handle rates_in, nb::handle grads_in, nb::han
     check_flat(*grads, "the gradients");
     gk = kind_of(*grads, "the gradients");
   }
-  auto& o = self.get();
+  const auto keep = self.ptr();
+  auto& o = *keep;
   strata::offload_step_stats st;
   {
     nb::gil_scoped_release unlocked;
@@ -504,7 +509,8 @@ nb::dict step_tensors(optimizer& self, nb::handle rates_in, nb::handle tensors_i
     if (t.size() != 3) config_fail("strata: a step decision is (skip, grad_norm, clip)");
     opts.decision = strata::step_decision{nb::cast<bool>(t[0]), nb::cast<double>(t[1]), nb::cast<float>(t[2])};
   }
-  auto& o = self.get();
+  const auto keep = self.ptr();
+  auto& o = *keep;
   strata::offload_step_stats st;
   with_tensors(list, [&](auto tensors) {
     nb::gil_scoped_release unlocked;
@@ -515,7 +521,8 @@ nb::dict step_tensors(optimizer& self, nb::handle rates_in, nb::handle tensors_i
 
 nb::tuple gradient_stats(optimizer& self, nb::handle tensors_in) {
   const auto list = tensors_of(tensors_in);
-  auto& o = self.get();
+  const auto keep = self.ptr();
+  auto& o = *keep;
   strata::grad_stats g;
   with_tensors(list, [&](auto tensors) {
     nb::gil_scoped_release unlocked;
@@ -618,7 +625,8 @@ NB_MODULE(_core, m) {
            "Hands over gradients of parameters [first, first + grads.numel()) for the next step.")
       .def("discard_gradients",
            [](optimizer& self) {
-             auto& o = self.get();
+             const auto keep = self.ptr();
+             auto& o = *keep;
              nb::gil_scoped_release unlocked;
              o.discard_gradients();
            })
@@ -646,7 +654,8 @@ NB_MODULE(_core, m) {
       .def("read_master",
            [](optimizer& self, const array& out) {
              auto s = out_floats(out, "the master weights' output");
-             auto& o = self.get();
+             const auto keep = self.ptr();
+             auto& o = *keep;
              nb::gil_scoped_release unlocked;
              o.read_master(s);
            })
@@ -654,21 +663,24 @@ NB_MODULE(_core, m) {
            [](optimizer& self, const array& m_out, const array& v_out) {
              auto ms = out_floats(m_out, "exp_avg's output");
              auto vs = out_floats(v_out, "exp_avg_sq's output");
-             auto& o = self.get();
+             const auto keep = self.ptr();
+             auto& o = *keep;
              nb::gil_scoped_release unlocked;
              o.read_moments(ms, vs);
            })
       .def("read_max_exp_avg_sq",
            [](optimizer& self, const array& out) {
              auto s = out_floats(out, "max_exp_avg_sq's output");
-             auto& o = self.get();
+             const auto keep = self.ptr();
+             auto& o = *keep;
              nb::gil_scoped_release unlocked;
              o.read_max_exp_avg_sq(s);
            })
       .def(
           "save",
           [](optimizer& self, const std::string& dir, nb::handle tensors_in) {
-            auto& o = self.get();
+            const auto keep = self.ptr();
+            auto& o = *keep;
             std::optional<strata::any_tier> store;
             if (is_s3(dir)) store = store_of(dir);
             if (tensors_in.is_none()) {
@@ -693,13 +705,15 @@ NB_MODULE(_core, m) {
           "they were written.")
       .def("flush",
            [](optimizer& self) {
-             auto& o = self.get();
+             const auto keep = self.ptr();
+             auto& o = *keep;
              nb::gil_scoped_release unlocked;
              o.flush();
            })
       .def("remove_state",
            [](optimizer& self) {
-             auto& o = self.get();
+             const auto keep = self.ptr();
+             auto& o = *keep;
              nb::gil_scoped_release unlocked;
              return o.remove_state();
            })

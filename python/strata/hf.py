@@ -6,6 +6,11 @@ so the other ranks must be asked too: ``SaveShards`` does that from Trainer's on
 every rank runs. Without it a resume from such a checkpoint is refused, naming the missing shard.
 
     trainer = Trainer(..., optimizers=(OffloadedAdamW(...), None), callbacks=[strata.hf.SaveShards()])
+
+Trainer's own checkpoint folders each name a strata checkpoint; strata keeps the newest
+``keep_checkpoints`` (2 by default) of its own, so with a larger ``save_total_limit`` (or
+``load_best_model_at_end`` pointing to an older folder) give ``keep_checkpoints`` at least as
+large, or 0 to keep them all: a folder whose strata checkpoint was removed is refused on resume.
 """
 
 from __future__ import annotations

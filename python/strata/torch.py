@@ -213,9 +213,11 @@ class _Segment:
         self.numel = n
         self.core: Optional[_core.Optimizer] = None
         self.owner = weakref.ref(owner)
-        self.staged = self.device.type == "cuda" or any(_is_dtensor(p) for p in params) or owner._force_staging or \
-            any(not _local(p).is_contiguous() for p in params)
+        # GPU tensors and DTensor shards always cross through host buffers of the share.
+        self.staged = self.device.type == "cuda" or any(_is_dtensor(p) for p in params) or owner._force_staging
+        self.direct = [False] * len(params)
         self.subgroup = 0
+        self.budget = 0  # host bytes its native optimizer may use
         self.share = (0, n)
         self.prefix = ""
         self.weights_host: Optional[torch.Tensor] = None  # staged: this share's weights in host memory
@@ -259,21 +261,49 @@ class _Segment:
             self.copy_event.synchronize()
             self.copy_event = None
 
+    def refresh(self) -> None:
+        """Which parameters cross as they are (direct: contiguous host tensors of a segment that
+        is not staged) and which through the host buffer; a parameter whose dtype or device
+        changed since it got state is an error, named."""
+        owner = self.owner()
+        for p in self.params:
+            local = _local(p)
+            if local.dtype != self.dtype or local.device != self.device:
+                where = owner._where(p) if owner is not None else f"a parameter of shape {tuple(p.shape)}"
+                raise ConfigError(f"strata.torch: {where} is now {local.dtype} on {local.device}, but its state was "
+                                  f"made for {self.dtype} on {self.device}: build the optimizer after converting the "
+                                  f"model")
+        self.direct = [not self.staged and _local(p).is_contiguous() for p in self.params]
+        if not all(self.direct):
+            self.weights_buffer()
+
+    def any_staged(self) -> bool:
+        return not all(self.direct)
+
+    def prepare(self) -> None:
+        """Before the native optimizer reads the weights: refresh(), and the staged parameters'
+        current weights into the host buffer."""
+        self.refresh()
+        if self.any_staged():
+            self.stage_weights_in()
+
     def stage_weights_in(self) -> None:
-        """Staged: the model's current weights of the share into host memory (the truth)."""
+        """The current weights of the staged parameters into host memory (the truth)."""
         self.wait_copies()
         buf = self.weights_buffer()
         for i, at, a, k in self.pieces():
-            buf[at:at + k].copy_(_local(self.params[i]).detach().reshape(-1)[a:a + k], non_blocking=True)
+            if not self.direct[i]:
+                buf[at:at + k].copy_(_local(self.params[i]).detach().reshape(-1)[a:a + k], non_blocking=True)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
 
     def stage_weights_out(self, updated: List[bool]) -> None:
-        """Staged: the updated weights back into the model (those with a gradient this step)."""
+        """The updated weights of the staged parameters back into the model (those with a
+        gradient this step)."""
         buf = self.weights_buffer()
         for i, at, a, k in self.pieces():
-            if updated[i]:
-                _local(self.params[i]).detach().reshape(-1)[a:a + k].copy_(buf[at:at + k], non_blocking=True)
+            if updated[i] and not self.direct[i]:
+                _write(_local(self.params[i]), a, k, buf[at:at + k], non_blocking=True)
         if self.device.type == "cuda":
             ev = torch.cuda.Event()
             ev.record(torch.cuda.current_stream(self.device))
@@ -283,15 +313,29 @@ class _Segment:
         """The native step's tensors: (first, count, gradients or None, weights) per piece of the
         share. `grads` holds, per parameter, its flat gradient over the share's pieces (or None)."""
         out = []
-        buf = self.weights_host if self.staged else None
         for i, at, a, k in self.pieces():
-            w = buf[at:at + k] if buf is not None else _local(self.params[i]).detach().reshape(-1)[a:a + k]
+            if self.direct[i]:
+                w = _local(self.params[i]).detach().view(-1)[a:a + k]
+            else:
+                w = self.weights_host[at:at + k]
             g = None if grads is None or grads[i] is None else grads[i][a:a + k]
             out.append((at, k, g, w))
         return out
 
     def weights_for_core(self) -> list:
         return [(at, k, None, w) for at, k, _, w in self.tensors(None)]
+
+
+def _write(local: torch.Tensor, a: int, k: int, src: torch.Tensor, non_blocking: bool = False) -> None:
+    """Elements [a, a + k) of `local` (flat index) := src, whatever its strides."""
+    dst = local.detach()
+    if dst.is_contiguous():
+        dst.view(-1)[a:a + k].copy_(src, non_blocking=non_blocking)
+    elif a == 0 and k == dst.numel():
+        dst.copy_(src.view(dst.shape), non_blocking=non_blocking)
+    else:
+        raise ConfigError(f"strata.torch: a parameter of shape {tuple(dst.shape)} is not contiguous and holds part of "
+                          f"this rank's share: a sharded state needs contiguous parameters")
 
 
 class _ShareView:
@@ -396,7 +440,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         self._lock = threading.Lock()
         self._hooks: list = []
         self._accumulating = 0
-        self._closed = False
+        self._closed = ""  # why it takes no more calls ("closed optimizer", or a failed load)
         self.last_step_stats: Optional[dict] = None
         self.handover_used: Optional[str] = None
         self._steps_taken = 0       # step() calls that completed (skipped ones included)
@@ -411,7 +455,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self._building = False
         all_params = [p for g in self.param_groups for p in g["params"]]
-        self._group = _Group(process_group, shard, any(_is_dtensor(p) for p in all_params))
+        self._dtensors = any(_is_dtensor(p) for p in all_params)
+        self._group = _Group(process_group, shard, self._dtensors)
+        self._finished: set = set()  # segments a failed step() finished (its retry skips them)
 
         self._paths = [self._rank_path(p) for p in paths]
         if not self._paths:
@@ -437,6 +483,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
             self._options["paths"] = [self._node_limited(p) for p in self._paths]
         self._max_grad_norm = self._options.get("max_grad_norm")
         self._scaling = bool(self._options.get("loss_scaling"))
+        self._scale_state = (float(self._options.get("init_scale", 65536.0)), 0)
 
         for i, p in enumerate(all_params):
             self._check_param(p, i)
@@ -550,22 +597,47 @@ class OffloadedAdamW(torch.optim.Optimizer):
             buckets.setdefault(key, ([], [], hyper))
             buckets[key][0].append(p)
             buckets[key][1].append(gi)
+        new = []
         for ps, gis, hyper in buckets.values():
-            seg = _Segment(self._next_segment_index(), ps, gis, hyper, self)
+            seg = _Segment(self._next_segment_index() + len(new), ps, gis, hyper, self)
             self._configure(seg)
+            new.append(seg)
+        self._budget_batch(new)
+        for seg in new:
             self._create_core(seg, states)
             self._segments.append(seg)
 
     def _next_segment_index(self) -> int:
         return max((s.index for s in self._segments), default=-1) + 1
 
-    def _default_budget(self, extra: Optional[_Segment] = None) -> int:
-        """A quarter of what torch's AdamW would hold in memory for these parameters (its two
-        moments, of the parameters' dtype), at most 4 GiB: strata needs far less RAM than what it
-        replaces, and the pipeline plus a cache fit in it (measured: bench/scripts/torch_memory.py)."""
-        segs = list(self._segments) + ([extra] if extra is not None and extra not in self._segments else [])
-        one_array = sum(_local(p).numel() * _local(p).element_size() for s in segs for p in s.params)
-        return min(_DEFAULT_BUDGET_CAP, one_array // 2)
+    def _budget_batch(self, new: List[_Segment]) -> None:
+        """Gives segments about to get state their host budgets: the total (the user's
+        host_memory_budget, or by default a quarter of what torch's AdamW would hold in memory for
+        every parameter with state, at most 4 GiB) less what the running segments hold, split by
+        their shares; by default each gets at least what its pipeline needs. Never more than
+        the user's total: what does not fit is a ConfigError."""
+        segs = self._segments + new
+        if self._budget_total is None:
+            one_array = sum(_local(p).numel() * _local(p).element_size() for s in segs for p in s.params)
+            total = min(_DEFAULT_BUDGET_CAP, one_array // 2)
+        else:
+            total = int(self._budget_total)
+        left = max(0, total - sum(s.budget for s in self._segments))
+        sizes = sum(max(1, s.share_numel) for s in new) or 1
+        for seg in new:
+            share = left * max(1, seg.share_numel) // sizes
+            seg.budget = share if self._budget_total is not None else max(self._pipeline_bytes(seg), share)
+            if self._budget_total is not None and seg.share_numel > 0 and seg.budget < self._pipeline_bytes(seg) and \
+                    self._segments:
+                raise ConfigError(f"strata.torch: host_memory_budget {total} is held by the parameters that have state "
+                                  f"({total - left} bytes); {len(seg.params)} parameters joining now need at least "
+                                  f"{self._pipeline_bytes(seg)} more: give a larger budget")
+
+    @staticmethod
+    def _pipeline_bytes(seg: _Segment) -> int:
+        n = max(1, seg.share_numel)
+        slot = -(-min(seg.subgroup, n) * (_STATE_BYTES + (4 if seg.hyper["amsgrad"] else 0)) // 4096) * 4096
+        return _PIPELINE_SLOTS * slot + (1 << 16)
 
     def _configure(self, seg: _Segment, subgroup: Optional[int] = None) -> None:
         """Chooses the segment's subgroup size and this rank's share (the same on every rank: it
@@ -589,29 +661,19 @@ class OffloadedAdamW(torch.optim.Optimizer):
         o.update(lr=float(self.defaults["lr"]), beta1=h["betas"][0], beta2=h["betas"][1], eps=h["eps"],
                  weight_decay=float(self.defaults["weight_decay"]), amsgrad=h["amsgrad"], maximize=h["maximize"],
                  subgroup_size=seg.subgroup, object_prefix=seg.prefix)
-        # The budget (the user's or the model's default) split over the segments by their shares;
-        # the strata preset gives its cache what the pipeline leaves.
-        n = max(1, seg.share_numel)
-        sizes = self._total_share_numel(extra=seg)
-        if self._budget_total is not None:
-            o["host_memory_budget"] = int(self._budget_total) * n // sizes
-        else:
-            slot = -(-min(seg.subgroup, n) * (_STATE_BYTES + (4 if h["amsgrad"] else 0)) // 4096) * 4096
-            o["host_memory_budget"] = max(_PIPELINE_SLOTS * slot + (1 << 16), self._default_budget(seg) * n // sizes)
+        # The strata preset gives its cache what the pipeline leaves of the segment's budget.
+        o["host_memory_budget"] = int(seg.budget)
         if self._cache_total is not None:  # whole subgroups of the user's cache, which the preset keeps
+            n = max(1, seg.share_numel)
+            sizes = sum(max(1, x.share_numel) for x in self._segments) + (0 if seg in self._segments else n)
             slot = -(-min(seg.subgroup, n) * (_STATE_BYTES + (4 if h["amsgrad"] else 0)) // 4096) * 4096
             o["cache_subgroups"] = int(self._cache_total) * n // sizes // slot
         return o
 
-    def _total_share_numel(self, extra: Optional[_Segment] = None) -> int:
-        segs = list(self._segments) + ([extra] if extra is not None and extra not in self._segments else [])
-        return sum(max(1, s.share_numel) for s in segs)
-
     def _create_core(self, seg: _Segment, states: Optional[dict]) -> None:
         if seg.share_numel == 0:
             return
-        if seg.staged:
-            seg.stage_weights_in()
+        seg.prepare()
         weights = seg.weights_for_core()
         opts = self._segment_options(seg)
         if states is None:
@@ -619,9 +681,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
         else:
             m, v, vmax, step, runs = self._segment_state(seg, states)
             seg.core = _core.Optimizer.create(weights, m, v, vmax, step, runs, **opts)
-        if self._scaling and self._segments and self._segments[0].core is not None and seg is not self._segments[0]:
-            ref = self._segments[0].core
-            seg.core.restore_loss_scale(ref.loss_scale, ref.loss_growth_tracker)
+        if self._scaling and states is None:  # (a checkpoint brings its own)
+            seg.core.restore_loss_scale(*self._scale_state)
 
     # --- gradients ----------------------------------------------------------------------------
 
@@ -784,9 +845,13 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One AdamW step over every parameter that has a gradient; returns the closure's loss."""
+        """One AdamW step over every parameter that has a gradient; returns the closure's loss.
+
+        A step that raised (an I/O error, a full disk) may have finished some segments: call
+        step() again with the same gradients and it finishes the others, bit for bit as a step
+        that never failed."""
         if self._closed:
-            raise ConfigError("strata.torch: step() on a closed optimizer")
+            raise ConfigError(f"strata.torch: step() on a {self._closed}")
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -798,26 +863,48 @@ class OffloadedAdamW(torch.optim.Optimizer):
         for seg in self._segments:
             if seg.core is None:
                 continue
-            if seg.staged:
-                seg.stage_weights_in()
+            seg.prepare()
             grads, have = self._gradients(seg, counts)
             work.append((seg, seg.tensors(grads), have))
         decision = None
-        if (self._max_grad_norm or self._scaling) and (len(self._segments) > 1 or self._group.distributed):
+        # Clipping and loss scaling decide over the whole model: every segment's gradients, and
+        # every rank's where ranks hold different ones (shards of the state or of the model).
+        across = self._group.distributed and (self._group.shard or self._dtensors)
+        if (self._max_grad_norm or self._scaling) and (len(self._segments) > 1 or across):
             local = sum(seg.core.gradient_stats(t)[0] for seg, t, _ in work)
-            decision = _core.decide_step(self._group.all_sum([local])[0], self._max_grad_norm)
+            decision = _core.decide_step(self._group.all_sum([local])[0] if across else local, self._max_grad_norm)
         stats = []
         for seg, tensors, have in work:
-            stats.append(seg.core.step_tensors(self._rates(seg), tensors, True, decision))
-            if seg.staged:
-                seg.stage_weights_out(have)
+            if seg.index in self._finished:  # (finished by a step() that then failed: this is its retry)
+                continue
+            try:
+                stats.append(seg.core.step_tensors(self._rates(seg), tensors, True, decision))
+            finally:
+                # Subgroups whose update committed have their new weights in the host buffer:
+                # they reach the model even when a later subgroup failed.
+                if seg.any_staged():
+                    seg.stage_weights_out(have)
+            self._finished.add(seg.index)
+        self._finished = set()
         if self._group.shard:
             self._exchange_weights()
+        self._sync_loss_scale()
         self._steps_taken += 1
         used = [k for k in ("backward", "step") if counts[k]]
         self.handover_used = "+".join(used) if used else "none"
         self.last_step_stats = self._merge_stats(stats, counts)
         return loss
+
+    def _sync_loss_scale(self) -> None:
+        """The loss scale every rank uses (a rank may hold no share of any segment)."""
+        if not self._scaling:
+            return
+        cores = self._cores()
+        mine = [cores[0].loss_scale, float(cores[0].loss_growth_tracker), 1.0] if cores else [0.0, 0.0, 0.0]
+        if self._group.shard:
+            mine = self._group.all_sum(mine)
+        if mine[2] > 0:
+            self._scale_state = (mine[0] / mine[2], int(round(mine[1] / mine[2])))
 
     def _exchange_weights(self) -> None:
         """Sharded: every rank's updated share to every other rank, in place in each model."""
@@ -865,9 +952,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
     @property
     def loss_scale(self) -> float:
-        """What to multiply the loss by before backward (1 unless loss_scaling is on)."""
-        cores = self._cores()
-        return cores[0].loss_scale if cores else 1.0
+        """What to multiply the loss by before backward (1 unless loss_scaling is on); the same on
+        every rank."""
+        return self._scale_state[0] if self._scaling else 1.0
 
     @property
     def native(self) -> _core.Optimizer:
@@ -925,7 +1012,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
             if seg.core is not None:
                 seg.core.close()
                 seg.core = None
-        self._closed = True
+        self._closed = "closed optimizer"
 
     def __enter__(self):
         return self
@@ -961,17 +1048,18 @@ class OffloadedAdamW(torch.optim.Optimizer):
         prints = [_handover.fingerprint(_local(p)) for s in self._segments for p in s.params]
         return torch.stack(prints).cpu().tolist() if prints else []
 
-    def _shard_dir(self, root: _Where, index: int, sharded: bool) -> _Where:
-        d = root / f"seg-{index}"
-        return d / f"rank-{self._group.rank}-of-{self._group.world}" if sharded else d
+    def _segment_prefix(self, object_prefix: str, index: int) -> str:
+        g = self._group
+        return f"{object_prefix}.r{g.rank}.{index}" if g.world > 1 else f"{object_prefix}.{index}"
 
     def state_dict(self) -> dict:
         """A small dict that torch.save keeps: the param groups and the name of a strata
         checkpoint under ``checkpoint_dir`` (relative to it), written now unless nothing changed
         since the last one. A fresh optimizer (no state yet) writes nothing. Under torch.distributed
-        each rank writes its shard (call it on every rank); torch_state_dict() gives torch's format."""
+        each rank writes its own part (call it on every rank); torch_state_dict() gives torch's
+        format."""
         if self._closed:
-            raise ConfigError("strata.torch: state_dict() on a closed optimizer")
+            raise ConfigError(f"strata.torch: state_dict() on a {self._closed}")
         index = self._param_index()
         # No collective here: HF Trainer asks rank 0 alone (every rank's steps_taken is the same).
         fresh = self._steps_taken == 0 and all(c.step_count == 0 for c in self._cores())
@@ -979,7 +1067,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
                          subgroup_size=s.subgroup, hyper=dict(s.hyper, betas=list(s.hyper["betas"])),
                          step_count=None if s.core is None else s.core.step_count)
                     for s in self._segments]
-        info = {"format": 2, "steps_taken": self._steps_taken, "checkpoint": None,
+        info = {"format": 2, "steps_taken": self._steps_taken, "checkpoint": None, "object_prefix": self._prefix,
                 "checkpoint_dir": None if self._checkpoint_dir is None else self._checkpoint_dir.absolute(),
                 "world_size": self._group.world, "sharded": self._group.shard, "segments": segments,
                 "param_numels": [_local(p).numel() for p in self._params_by_index()]}
@@ -988,34 +1076,38 @@ class OffloadedAdamW(torch.optim.Optimizer):
             if self._saved == key and self._saved_dict is not None:
                 info["checkpoint"] = self._saved_dict["strata"]["checkpoint"]
             else:
-                info["checkpoint"] = self._save_checkpoint()
+                # One process names a save by what it holds: the same step with other weights is
+                # another directory. Ranks must agree on the name without talking: the step.
+                token = hash(key) if self._group.world == 1 else self._steps_taken
+                info["checkpoint"] = self._save_checkpoint(f"step-{self._steps_taken:09d}-{token & 0xffffffff:08x}")
                 self._saved = key
         out = {"state": {}, "param_groups": self._groups_for_dict(), "strata": info}
         self._saved_dict = out
         return out
 
-    def _save_checkpoint(self) -> str:
+    def _save_checkpoint(self, name: str) -> str:
+        """Writes each segment's part of this rank into checkpoint_dir/<name>/<prefix>, a part no
+        other optimizer or rank writes."""
         if self._checkpoint_dir is None:
             raise ConfigError("strata.torch: state_dict() writes a strata checkpoint, and the first path is not a "
                               "directory: pass checkpoint_dir=")
         root = self._checkpoint_dir
-        name = f"step-{self._steps_taken:09d}"
+        journal = self._journal_name()
         if not root.s3:
             root.path().mkdir(parents=True, exist_ok=True)
-            _retention.record(root.path(), self._group.rank, name)
+            _retention.record(root.path(), journal, name)
         targets = []
         for seg in self._segments:
             if seg.core is None:
                 continue
-            if seg.staged:
-                seg.stage_weights_in()
-            target = self._shard_dir(root / name, seg.index, self._group.shard)
+            seg.prepare()
+            target = root / name / seg.prefix
             if not target.s3:
                 target.path().parent.mkdir(parents=True, exist_ok=True)
             seg.core.save(str(target), seg.weights_for_core())
             targets.append(target)
         if self._keep and not root.s3:
-            _retention.prune(root.path(), self._group.rank, self._keep, self._group.shard, self._group.world)
+            _retention.prune(root.path(), journal, self._keep, self._own_part)
         elif self._keep:
             # An object store has no journal of ours: the saves of this run are what it prunes.
             self._store_saves = [x for x in self._store_saves if x[0] != name] + [(name, targets)]
@@ -1024,6 +1116,15 @@ class OffloadedAdamW(torch.optim.Optimizer):
                     _core.remove_store_checkpoint(str(t))
             self._store_saves = self._store_saves[-self._keep:]
         return name
+
+    def _journal_name(self) -> str:
+        g = self._group
+        return f".strata-checkpoints.{self._prefix}" + (f".r{g.rank}" if g.world > 1 else "")
+
+    def _own_part(self, name: str) -> bool:
+        """Whether `name`, in a step directory, is one of this optimizer's (and this rank's) parts."""
+        head = f"{self._prefix}.r{self._group.rank}." if self._group.world > 1 else f"{self._prefix}."
+        return name.startswith(head) and name[len(head):].isdigit()
 
     def torch_state_dict(self) -> dict:
         """The state in torch.optim.AdamW's state_dict format (every moment in memory: for
@@ -1037,37 +1138,46 @@ class OffloadedAdamW(torch.optim.Optimizer):
             m = torch.zeros(seg.numel, dtype=torch.float32)
             v = torch.zeros(seg.numel, dtype=torch.float32)
             vmax = torch.zeros(seg.numel, dtype=torch.float32) if amsgrad else None
-            steps = torch.zeros(seg.numel, dtype=torch.int64)
+            steps = torch.zeros(seg.numel, dtype=torch.float64)
             lo, hi = seg.share
             if seg.core is not None:
                 seg.core.read_moments(m[lo:hi], v[lo:hi])
                 if amsgrad:
                     seg.core.read_max_exp_avg_sq(vmax[lo:hi])
                 runs = seg.core.param_steps + [(hi - lo, None)]
-                for (a, s), (b, _) in zip(runs, runs[1:]):
-                    steps[lo + a:lo + b] = s
+                for (a, st), (b, _) in zip(runs, runs[1:]):
+                    steps[lo + a:lo + b] = st
             if g.shard:
+                dev = g.comm_device()
                 for r, (a, b) in enumerate(_shares(seg.numel, seg.subgroup, g.world)):
                     for t in [m, v, steps] + ([vmax] if amsgrad else []):
                         if a < b:
-                            g.dist.broadcast(t[a:b], src=g.global_rank(r), group=g.group)
+                            part = t[a:b].to(dev)
+                            g.dist.broadcast(part, src=g.global_rank(r), group=g.group)
+                            t[a:b].copy_(part.cpu())
             for p, off in zip(seg.params, seg.offsets):
                 k = _local(p).numel()
+                if k == 0:
+                    continue
                 shape = _local(p).shape
-                s = {"step": torch.tensor(float(steps[off].item())), "exp_avg": m[off:off + k].view(shape).clone(),
-                     "exp_avg_sq": v[off:off + k].view(shape).clone()}
-                if amsgrad:
-                    s["max_exp_avg_sq"] = vmax[off:off + k].view(shape).clone()
-                if int(steps[off].item()) > 0:  # (torch has no state for a parameter before its first update)
+                taken = float(steps[off].item())
+                if taken > 0:  # (torch has no state for a parameter before its first update)
+                    s = {"step": torch.tensor(taken), "exp_avg": m[off:off + k].view(shape).clone(),
+                         "exp_avg_sq": v[off:off + k].view(shape).clone()}
+                    if amsgrad:
+                        s["max_exp_avg_sq"] = vmax[off:off + k].view(shape).clone()
                     state[index[id(p)]] = s
         return {"state": state, "param_groups": self._groups_for_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restores a dict from state_dict() (the strata checkpoint it names, exactly; resolved
-        under this optimizer's ``checkpoint_dir`` first, so a moved run folder works) or from
+        """Restores a dict from state_dict() (the strata checkpoint it names, exactly; found under
+        this optimizer's ``checkpoint_dir`` first, so a moved run folder works) or from
         torch.optim.AdamW.state_dict() / torch_state_dict() (the moments and steps; the master
-        weights are then the model's current weights). The optimizer in use stays untouched
-        until the checkpoint has been read back in full against its checksums."""
+        weights are then the model's current weights). Everything is checked (and a checkpoint
+        read back in full against its checksums, on every rank) before the running state is
+        given up, so a bad or damaged one is a typed error that changes nothing."""
+        if self._closed == "closed optimizer":
+            raise ConfigError("strata.torch: load_state_dict() on a closed optimizer")
         groups = state_dict.get("param_groups")
         if groups is None or len(groups) != len(self.param_groups):
             raise ConfigError(f"strata.torch: the state dict has {0 if groups is None else len(groups)} param "
@@ -1078,123 +1188,154 @@ class OffloadedAdamW(torch.optim.Optimizer):
                                   f"this optimizer's {len(mine['params'])}")
         info = state_dict.get("strata")
         params = self._params_by_index()
-        if info is not None:
-            self._load_strata(info, params)
-        else:
-            self._load_torch(state_dict.get("state", {}), params)
+        # The loaded groups' hyper-parameters are the ones the new state has (put back on failure).
+        before = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         for g, loaded in zip(self.param_groups, groups):
             for k, v in loaded.items():
                 if k != "params":
                     g[k] = tuple(v) if k == "betas" else v
+        try:
+            plan = self._plan_strata(info, params) if info is not None else self._plan_torch(
+                state_dict.get("state", {}), params)
+        except BaseException:
+            for g, old in zip(self.param_groups, before):
+                g.update(old)
+            raise
+        try:
+            plan()
+        except BaseException as e:
+            # The running state was given up: refuse to train on whatever is left.
+            self._closed = f"optimizer whose load_state_dict() failed part-way ({type(e).__name__}: {e}); load again"
+            raise
+        self._closed = ""
         self._saved = None
+        self._finished = set()
 
     def _release_all(self) -> None:
         for seg in self._segments:
             seg.wait_copies()
             if seg.core is not None:
-                seg.core.flush()
                 seg.core.close()
                 seg.core = None
         self._segments = []
 
-    def _load_strata(self, info: dict, params: list) -> None:
+    def _agree(self, ok: bool, what: str) -> None:
+        """Sharded ranks go on only if every rank can (else each raises, none hangs)."""
+        if not self._group.shard:
+            return
+        if self._group.all_sum([0.0 if ok else 1.0])[0] > 0 and ok:
+            raise ConfigError(f"strata.torch: {what} failed on another rank (see its error); nothing was changed here")
+
+    def _plan_strata(self, info: dict, params: list):
+        """Checks a strata state dict and its checkpoint; returns what loads it."""
         if info.get("format") != 2:
             raise ConfigError(f"strata.torch: this state dict's strata checkpoint has format {info.get('format')!r}, "
                               f"which this version does not read (format 2)")
-        numels = [_local(p).numel() for p in params]
-        if info.get("param_numels") != numels:
-            raise ConfigError("strata.torch: the state dict's parameters do not match this optimizer's (their sizes "
-                              "differ)")
         g = self._group
-        if info.get("sharded") and (info.get("world_size") != g.world or not g.shard):
-            raise ConfigError(f"strata.torch: the checkpoint was saved by {info.get('world_size')} ranks sharding the "
-                              f"state, this run has {g.world} rank(s){'' if g.shard else ' and does not shard'}: "
-                              f"resume on {info.get('world_size')} ranks (re-sharding is not supported)")
-        if not info.get("sharded") and g.shard:
-            raise ConfigError(f"strata.torch: the checkpoint was saved without sharding, this run shards the state over "
-                              f"{g.world} ranks: resume with shard=False, or from torch_state_dict()")
-        name = info.get("checkpoint")
-        root = None
-        sharded = bool(info.get("sharded"))
-        if name is not None:
-            candidates = [_Where(c) for c in (self._checkpoint_dir, info.get("checkpoint_dir")) if c is not None]
-            for c in candidates:
-                if (c / name).exists():
-                    root = c / name
-                    break
-            if root is None:
-                where = " or ".join(str(c / name) for c in candidates) or name
-                raise ConfigError(f"strata.torch: checkpoint {name} is not in {where} (removed by keep_checkpoints, "
-                                  f"or moved: pass the directory holding it as checkpoint_dir=)")
-        saved = info.get("segments", [])
-        plan = []
-        for s in saved:
-            ps = [params[i] for i in s["params"]]
-            if sum(_local(p).numel() for p in ps) != s["numel"]:
-                raise ConfigError(f"strata.torch: segment {s['index']} of the checkpoint does not match the parameters")
-            plan.append((s, ps))
-        # Everything is read back against its checksums before the running state is given up.
-        if root is not None:
-            for s, _ in plan:
-                d = self._shard_dir(root, s["index"], sharded)
-                if d.has_checkpoint():
+        ok = False
+        try:
+            numels = [_local(p).numel() for p in params]
+            if info.get("param_numels") != numels:
+                raise ConfigError("strata.torch: the state dict's parameters do not match this optimizer's (their "
+                                  "sizes differ)")
+            if info.get("world_size", 1) != g.world and (info.get("sharded") or g.world > 1 or info.get("world_size", 1) > 1):
+                raise ConfigError(f"strata.torch: the checkpoint was saved by {info.get('world_size')} ranks, this run "
+                                  f"has {g.world}: resume on {info.get('world_size')} ranks (re-sharding is not "
+                                  f"supported; torch_state_dict() moves a run to another world size)")
+            if bool(info.get("sharded")) != g.shard:
+                raise ConfigError(f"strata.torch: the checkpoint was saved with shard={bool(info.get('sharded'))}, this "
+                                  f"optimizer has shard={g.shard}")
+            name = info.get("checkpoint")
+            root = None
+            if name is not None:
+                candidates = [_Where(c) for c in (self._checkpoint_dir, info.get("checkpoint_dir")) if c is not None]
+                root = next((c / name for c in candidates if (c / name).exists()), None)
+                if root is None:
+                    where = " or ".join(str(c / name) for c in candidates) or name
+                    raise ConfigError(f"strata.torch: checkpoint {name} is not in {where} (removed by "
+                                      f"keep_checkpoints, or moved: pass the directory holding it as checkpoint_dir=)")
+            object_prefix = info.get("object_prefix", self._prefix)
+            plan = []
+            for s in info.get("segments", []):
+                ps = [params[i] for i in s["params"]]
+                if sum(_local(p).numel() for p in ps) != s["numel"]:
+                    raise ConfigError(f"strata.torch: segment {s['index']} of the checkpoint does not match the "
+                                      f"parameters")
+                hyper = dict(s["hyper"], betas=tuple(s["hyper"]["betas"]))
+                seg = _Segment(s["index"], ps, [self._group_index(p) for p in ps], hyper, self)
+                self._configure(seg, s["subgroup_size"])
+                d = None
+                if root is not None and seg.share_numel > 0:
+                    d = root / self._segment_prefix(object_prefix, s["index"])
+                    if not d.has_checkpoint():
+                        raise ConfigError(f"strata.torch: {d} is missing: its rank did not save its part (under DDP, HF "
+                                          f"Trainer asks rank 0 alone: add strata.hf.SaveShards to its callbacks)")
+                    # Read back in full against its checksums before the running state is given up.
                     found = _core.verify_checkpoint(str(d))
                     if s.get("step_count") is not None and found != s["step_count"]:
                         raise ConfigError(f"strata.torch: checkpoint {d} now holds step {found}, the state dict names "
-                                          f"step {s['step_count']} (was it overwritten by a later save?)")
-        self._release_all()
-        for s, ps in plan:
-            hyper = dict(s["hyper"], betas=tuple(s["hyper"]["betas"]))
-            seg = _Segment(s["index"], ps, [self._group_index(p) for p in ps], hyper, self)
-            self._configure(seg, s["subgroup_size"])
-            d = None if root is None else self._shard_dir(root, s["index"], sharded)
-            if seg.share_numel > 0:
-                if d is None:
-                    self._create_core(seg, None)
-                else:
-                    if not d.has_checkpoint():
-                        raise ConfigError(f"strata.torch: checkpoint {d} is missing (its rank did not save it?)")
-                    opts = self._segment_options(seg)
-                    opts.pop("subgroup_size", None)
-                    seg.core = _core.Optimizer.load(str(d), **opts)
-                    # The model follows the restored master weights, as in the run that saved them.
-                    master = torch.empty(seg.share_numel, dtype=torch.float32)
-                    seg.core.read_master(master)
-                    for i, at, a, k in seg.pieces():
-                        _local(ps[i]).detach().reshape(-1)[a:a + k].copy_(master[at:at + k])
-            self._segments.append(seg)
-        if g.shard:
-            self._exchange_weights()
-        self._steps_taken = int(info.get("steps_taken", 0))
-        # Parameters that need state and were not in the checkpoint start fresh.
-        members = self._member_ids()
-        self._join([p for p in params if p.requires_grad and id(p) not in members])
+                                          f"step {s['step_count']}")
+                plan.append((seg, d))
+            ok = True
+        finally:
+            self._agree(ok, "loading the checkpoint")
 
-    def _load_torch(self, state: dict, params: list) -> None:
+        def load() -> None:
+            self._release_all()
+            self._budget_batch([seg for seg, _ in plan])
+            for seg, d in plan:
+                if seg.share_numel > 0:
+                    if d is None:
+                        self._create_core(seg, None)
+                    else:
+                        opts = self._segment_options(seg)
+                        opts.pop("subgroup_size", None)
+                        seg.core = _core.Optimizer.load(str(d), **opts)
+                        # The model follows the restored master weights, as in the run that saved them.
+                        master = torch.empty(seg.share_numel, dtype=torch.float32)
+                        seg.core.read_master(master)
+                        for i, at, a, k in seg.pieces():
+                            _write(_local(seg.params[i]), a, k, master[at:at + k].to(seg.dtype))
+                self._segments.append(seg)
+            if g.shard:
+                self._exchange_weights()
+            self._sync_loss_scale()
+            self._steps_taken = int(info.get("steps_taken", 0))
+            # Parameters that need state and were not in the checkpoint start fresh.
+            members = self._member_ids()
+            self._join([p for p in params if p.requires_grad and id(p) not in members])
+
+        return load
+
+    def _plan_torch(self, state: dict, params: list):
+        """Checks torch.optim.AdamW's per-parameter state; returns what loads it."""
         by_param = {}
         for i, p in enumerate(params):
             s = state.get(i)
             if s is None:
                 continue
             k = _local(p).numel()
-            for name in ("exp_avg", "exp_avg_sq"):
+            amsgrad = bool(self.param_groups[self._group_index(p)]["amsgrad"])
+            names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
+            for name in names:
                 t = s.get(name)
                 if t is None or t.numel() != k:
                     raise ConfigError(f"strata.torch: {self._where(p)}: state '{name}' is missing or has "
                                       f"{None if t is None else t.numel()} elements, expected {k}")
+                if not bool(torch.isfinite(t).all()) or (name != "exp_avg" and bool((t < 0).any())):
+                    raise ConfigError(f"strata.torch: {self._where(p)}: state '{name}' holds values AdamW cannot "
+                                      f"have (non-finite, or a negative second moment)")
             st = s.get("step", 0)
             by_param[id(p)] = dict(s, step=int(st.item() if isinstance(st, torch.Tensor) else st))
-        for s in by_param.values():
-            for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
-                t = s.get(key)
-                if t is not None and not bool(torch.isfinite(t).all()) or (key != "exp_avg" and t is not None and
-                                                                           bool((t < 0).any())):
-                    raise ConfigError(f"strata.torch: state '{key}' holds values AdamW cannot have (non-finite, or a "
-                                      f"negative second moment)")
         members = [p for p in params if p.requires_grad or id(p) in by_param]
-        self._release_all()
-        self._join(members, by_param)
-        self._steps_taken = max((s["step"] for s in by_param.values()), default=0)
+
+        def load() -> None:
+            self._release_all()
+            self._join(members, by_param)
+            self._steps_taken = max((s["step"] for s in by_param.values()), default=0)
+            self._sync_loss_scale()
+
+        return load
 
     def _segment_state(self, seg: _Segment, states: dict):
         """This rank's share of torch-format state: m, v, vmax, the largest step and step runs."""
@@ -1211,10 +1352,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 m[at:at + k].copy_(s["exp_avg"].detach().reshape(-1)[a:a + k])
                 v[at:at + k].copy_(s["exp_avg_sq"].detach().reshape(-1)[a:a + k])
                 if amsgrad:
-                    t = s.get("max_exp_avg_sq")
-                    if t is None:
-                        raise ConfigError(f"strata.torch: {self._where(seg.params[i])} has no max_exp_avg_sq (amsgrad)")
-                    vmax[at:at + k].copy_(t.detach().reshape(-1)[a:a + k])
+                    vmax[at:at + k].copy_(s["max_exp_avg_sq"].detach().reshape(-1)[a:a + k])
                 step = s["step"]
             if runs and runs[-1][1] == step:
                 continue

@@ -4,6 +4,7 @@ same small model with strata.torch.OffloadedAdamW and, beside it, with torch.opt
 writes what it measured to <out>/<scenario>-<rank>.json."""
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
@@ -70,6 +71,7 @@ def main() -> int:
     ap.add_argument("--init", required=True)
     ap.add_argument("--dir", required=True)
     args = ap.parse_args()
+    faulthandler.dump_traceback_later(200, exit=True)  # a hang prints where each thread is, and ends
     out = {}
     r = args.rank
     early = None
@@ -142,6 +144,34 @@ def main() -> int:
             torch.nn.functional.mse_loss(pred, y).backward()
             opt.step()
         out.update(segments=len(opt.segments), same=same_on_every_rank(m))
+    elif args.scenario == "replicated_clip":
+        # shard=False under DDP: every rank holds the whole state and the same all-reduced
+        # gradients, so strata's own clipping takes the local norm (not a sum over ranks).
+        ref_m, m = model(), model()
+        ddp_ref, ddp = torch.nn.parallel.DistributedDataParallel(ref_m), torch.nn.parallel.DistributedDataParallel(m)
+        ref = torch.optim.AdamW(ddp_ref.parameters(), lr=1e-2, foreach=False)
+        opt = strata_opt(ddp.parameters(), args, shard=False, max_grad_norm=0.5)
+        train(ddp_ref, ref, 0, STEPS, r)  # (clips to 0.5 with clip_grad_norm_)
+        train(ddp, opt, 0, STEPS, r, clip=False)
+        out.update(max_rel=max_rel(ref_m, m), same=same_on_every_rank(m), clip=opt.last_step_stats["clip"])
+    elif args.scenario == "scaling_empty_share":
+        # A model smaller than a subgroup a rank: one rank holds no share, and must still scale its
+        # loss as the other does.
+        torch.manual_seed(0)
+        m = torch.nn.Linear(8, 8)
+        ddp = torch.nn.parallel.DistributedDataParallel(m)
+        opt = strata_opt(ddp.parameters(), args, loss_scaling={"init_scale": 1024.0})
+        scales = []
+        for t in range(4):
+            x, y = batch(t, r)
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(ddp(x[:, :8]), y[:, :8]) * opt.loss_scale
+            if t == 3:
+                loss = loss * float("inf")  # an overflow: the step is skipped and the scale backs off
+            loss.backward()
+            opt.step()
+            scales.append(opt.loss_scale)
+        out.update(share=opt.segments[0]["share"], scales=scales)
     elif args.scenario == "no_ddp":
         # Without DDP each rank updates its shard with its own gradients; the same data everywhere
         # then gives one process's run.
@@ -169,6 +199,13 @@ def main() -> int:
         out.update(max_rel=max(((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item() for a, b in local
                                if a.numel()), segments=opt.segments,
                    local_numel=sum(b.numel() for _, b in local))
+        # Each rank saves and restores its own local shard (another rank's never).
+        sd = opt.state_dict()
+        saved = [b.to_local().clone() for b in m.parameters()]
+        train(m, opt, STEPS, 1, r)
+        opt.load_state_dict(sd)
+        out.update(parts=sorted(os.listdir(os.path.join(args.dir, "ck", sd["strata"]["checkpoint"]))),
+                   restored=all(torch.equal(a, b.to_local()) for a, b in zip(saved, m.parameters())))
     else:
         print(f"unknown scenario {args.scenario}", file=sys.stderr)
         return 2

@@ -88,3 +88,16 @@ def flat_master(opt):
         seg.core.read_master(m)
         out.append(m)
     return torch.cat(out)
+
+
+def train_widened(model, ref_model, opt, ref, steps):
+    """Steps a 16-bit (or mixed) model with strata and an fp32 twin with torch, on the same
+    gradients (widened for the twin)."""
+    for t in range(steps):
+        g = grads_for(model, t)
+        opt.zero_grad()
+        backward_with(model, g)
+        opt.step()
+        ref.zero_grad()
+        backward_with(ref_model, [x.float() for x in g])
+        ref.step()

@@ -28,7 +28,12 @@ def run(scenario, world, tmp_path, timeout=240):
     procs = [subprocess.Popen([sys.executable, str(WORKER), scenario, "--rank", str(r), "--world", str(world),
                                "--init", init, "--dir", str(tmp_path)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in range(world)]
-    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    try:
+        outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:  # (a rank that hangs must not outlive the test)
+            if p.poll() is None:
+                p.kill()
     for r, (p, text) in enumerate(zip(procs, outputs)):
         assert p.returncode == 0, f"rank {r} of {scenario} failed:\n{text}"
     out = [json.loads((tmp_path / f"{scenario}-{r}.json").read_text()) for r in range(world)]
@@ -56,9 +61,9 @@ def test_ddp_with_a_sharded_state_trains_as_ddp_with_torch_adamw_at_one_shard_a_
 def test_ddp_shards_resume_exactly_on_the_same_world_and_are_refused_on_another(tmp_path):
     run("ddp", 2, tmp_path)  # the uninterrupted run's weights
     saved = run("save", 2, tmp_path)
-    assert saved[0]["checkpoint"] == "step-000000003"
-    ck = tmp_path / "ck" / "step-000000003" / "seg-0"
-    assert sorted(os.listdir(ck)) == ["rank-0-of-2", "rank-1-of-2"]
+    name = saved[0]["checkpoint"]
+    assert name.startswith("step-000000003-") and saved[1]["checkpoint"] == name  # (the ranks agree on it)
+    assert sorted(os.listdir(tmp_path / "ck" / name)) == ["strata.r0.0", "strata.r1.0"]  # one part a rank
     resumed = run("resume", 2, tmp_path)
     assert all(o.get("equal") for o in resumed), resumed
     three = tmp_path / "three"
@@ -84,6 +89,18 @@ def test_a_parameter_with_a_gradient_on_one_rank_only_gets_state_on_every_rank(t
     assert all(o["same"] for o in out)
 
 
+def test_strata_s_own_clipping_with_a_whole_state_on_every_rank_takes_the_norm_of_the_all_reduced_gradients(
+        tmp_path):
+    for o in run("replicated_clip", 2, tmp_path):
+        assert o["max_rel"] < REL and o["same"] and o["clip"] < 1
+
+
+def test_every_rank_scales_the_loss_alike_also_one_without_a_share(tmp_path):
+    out = run("scaling_empty_share", 2, tmp_path)
+    assert sorted(o["share"][1] - o["share"][0] for o in out) == [0, 72]  # one rank holds nothing
+    assert out[0]["scales"] == out[1]["scales"] == [1024.0, 1024.0, 1024.0, 512.0]
+
+
 def test_without_ddp_each_rank_updates_its_shard_and_every_model_matches(tmp_path):
     for o in run("no_ddp", 2, tmp_path):
         assert o["max_rel"] < REL and o["same"]
@@ -97,3 +114,6 @@ def test_fsdp2_dtensor_shards_are_offloaded_as_they_are(tmp_path):
     for o in out:
         assert o["max_rel"] < REL
         assert sum(s["numel"] for s in o["segments"]) == o["local_numel"]
+        assert o["restored"]
+    assert out[0]["parts"] == out[1]["parts"] == ["strata.r0.0", "strata.r0.1", "strata.r1.0", "strata.r1.1"] or \
+        all(p.startswith("strata.r") for p in out[0]["parts"])

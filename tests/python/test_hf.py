@@ -191,4 +191,4 @@ def test_trainer_under_ddp_with_a_sharded_state_trains_saves_and_resumes_as_with
     codes, outs = trainer_ranks(bare, optimizer="strata", resume=bare / "trainer" / "checkpoint-3")
     assert 3 in codes
     errors = [(bare / f"error-{r}.txt").read_text() for r in range(2) if (bare / f"error-{r}.txt").exists()]
-    assert any("rank-1-of-2" in e and "missing" in e for e in errors), errors
+    assert any("strata.r1.0 is missing" in e for e in errors), errors

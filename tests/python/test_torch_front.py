@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 import strata  # noqa: E402
 from front_helpers import (REL, backward_with, flat_master, grads_for, groups, make_model, max_rel,  # noqa: E402
-                           same, strata_opt, train)
+                           same, strata_opt, train, train_widened)
 
 
 @pytest.mark.parametrize("handover", ["auto", "backward", "step"])
@@ -190,14 +190,7 @@ def test_16_bit_models_hold_the_rounded_fp32_master(tmp_path, dtype):
             r.copy_(p.float())  # the same start: the 16-bit weights, widened
     ref = torch.optim.AdamW(groups(ref_model), foreach=False)
     opt = strata_opt(model, tmp_path)
-    for t in range(5):
-        g = grads_for(model, t)
-        opt.zero_grad()
-        backward_with(model, g)
-        opt.step()
-        ref.zero_grad()
-        backward_with(ref_model, [x.float() for x in g])
-        ref.step()
+    train_widened(model, ref_model, opt, ref, 5)
     master = flat_master(opt)
     flat = torch.cat([p.detach().reshape(-1) for g in opt.param_groups for p in g["params"]])
     assert torch.equal(flat, master.to(dtype))
@@ -310,7 +303,7 @@ def test_a_damaged_checkpoint_is_refused_and_the_running_optimizer_loses_nothing
     train(model, opt, 2)
     train(twin, ot, 2)
     sd = opt.state_dict()
-    ck = os.path.join(sd["strata"]["checkpoint_dir"], sd["strata"]["checkpoint"], "seg-0")
+    ck = os.path.join(sd["strata"]["checkpoint_dir"], sd["strata"]["checkpoint"], "strata.0")
     data_file = next(f for f in os.listdir(ck) if f.endswith(".bin"))
     p = os.path.join(ck, data_file)
     with open(p, "r+b") as f:

@@ -51,7 +51,7 @@ def test_a_run_with_a_directory_and_a_bucket_checkpoints_into_the_bucket_and_res
     train(part, op, 3)
     assert all(t["bytes_written"] > 0 for t in op.path_totals())  # both paths hold state
     sd = op.state_dict()
-    assert sd["strata"]["checkpoint"] == "step-000000003"
+    assert sd["strata"]["checkpoint"].startswith("step-000000003-")
     assert sd["strata"]["checkpoint_dir"] == f"s3://{s3}/ck"
     torch.save({"model": part.state_dict(), "opt": sd}, tmp_path / "run.pt")
     op.close()
@@ -71,10 +71,11 @@ def test_keep_checkpoints_removes_this_run_s_older_checkpoints_from_the_bucket(t
     model = make_model()
     ck = f"s3://{s3}/keep"
     opt = strata_opt(model, tmp_path, paths=[tmp_path / "nvme"], checkpoint_dir=ck, keep_checkpoints=2)
+    names = []
     for t in range(3):
         train(model, opt, 1, first=t)
-        opt.state_dict()
+        names.append(opt.state_dict()["strata"]["checkpoint"])
     with pytest.raises(strata.Error):
-        _core.verify_checkpoint(f"{ck}/step-000000001/seg-0")
-    assert _core.verify_checkpoint(f"{ck}/step-000000002/seg-0") == 2
-    assert _core.verify_checkpoint(f"{ck}/step-000000003/seg-0") == 3
+        _core.verify_checkpoint(f"{ck}/{names[0]}/strata.0")
+    assert _core.verify_checkpoint(f"{ck}/{names[1]}/strata.0") == 2
+    assert _core.verify_checkpoint(f"{ck}/{names[2]}/strata.0") == 3

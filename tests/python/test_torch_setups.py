@@ -7,8 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import strata  # noqa: E402
 from front_helpers import (REL, backward_with, flat_master, grads_for, groups, make_model, max_rel,  # noqa: E402
-                           same, strata_opt, train)
+                           same, strata_opt, train, train_widened)
 
 MODES = ["auto", "backward", "step"]
 
@@ -187,14 +188,7 @@ def test_mixed_dtypes_in_one_group_train_each_on_its_fp32_master(tmp_path):
     ref = torch.optim.AdamW(ref_model.parameters(), lr=1e-2, foreach=False)
     opt = strata_opt(model, tmp_path, params=list(model.parameters()), lr=1e-2)
     assert sorted(s["dtype"] for s in opt.segments) == ["torch.bfloat16", "torch.float32"]
-    for t in range(4):
-        g = grads_for(model, t)
-        opt.zero_grad()
-        backward_with(model, g)
-        opt.step()
-        ref.zero_grad()
-        backward_with(ref_model, [x.float() for x in g])
-        ref.step()
+    train_widened(model, ref_model, opt, ref, 4)
     master = flat_master(opt)  # segments in order: bf16 layer, then fp32 layer
     ref_flat = torch.cat([p.detach().reshape(-1) for p in ref_model.parameters()])
     assert ((ref_flat - master).abs().max() / ref_flat.abs().max()).item() < REL
@@ -283,3 +277,76 @@ def test_the_staged_path_of_gpu_and_dtensor_parameters_gives_the_same_bits(tmp_p
     loop(staged, os_)
     assert same(direct, staged)
     assert torch.equal(flat_master(od), flat_master(os_))
+
+
+def test_non_contiguous_parameters_and_ones_made_so_later_are_updated_as_torch_updates_them(tmp_path):
+    def model():
+        m = make_model()
+        m[0].weight = torch.nn.Parameter(m[0].weight.detach().t().contiguous().t())  # a leaf with swapped strides
+        return m
+
+    ref_model, m = model(), model()
+    assert not m[0].weight.is_contiguous()
+    ref = torch.optim.AdamW(groups(ref_model), foreach=False)
+    opt = strata_opt(m, tmp_path)
+    both(ref_model, m, ref, opt, 2)
+    for mm in (ref_model, m):  # a later change of layout (as channels_last does)
+        mm[2].weight.data = mm[2].weight.data.t().contiguous().t()
+    both(ref_model, m, ref, opt, 2, first=2)
+    assert max_rel(ref_model, m) < REL
+    with torch.no_grad():
+        m[2].weight.data = m[2].weight.data.double()
+    with pytest.raises(strata.ConfigError, match="now torch.float64"):
+        both(ref_model, m, ref, opt, 1, first=4)
+
+
+def test_a_step_that_failed_part_way_finishes_on_its_retry_without_a_second_step_for_the_rest(tmp_path):
+    def mixed():
+        m = make_model()
+        m[2].to(torch.bfloat16)  # two segments: fp32 and bf16
+        return m
+
+    ref_model, m = mixed(), mixed()
+    ref_opt = strata_opt(ref_model, tmp_path / "ref", params=list(ref_model.parameters()), cache=0)
+    opt = strata_opt(m, tmp_path, params=list(m.parameters()), cache=0)
+    train(ref_model, ref_opt, 2)
+    train(m, opt, 2)
+    state = sorted((tmp_path / "nvme").glob("strata.1.sg-*")) + sorted((tmp_path / "pfs").glob("strata.1.sg-*"))
+    hidden = [p.with_name(p.name + ".away") for p in state]
+    for p, h in zip(state, hidden):
+        p.rename(h)  # the second segment's state cannot be read
+    opt.zero_grad()
+    backward_with(m, grads_for(m, 2))
+    with pytest.raises(strata.Error):
+        opt.step()
+    for p, h in zip(state, hidden):
+        h.rename(p)
+    opt.step()  # the retry: the fp32 segment is not stepped again
+    train(ref_model, ref_opt, 1, first=2)
+    assert same(ref_model, m)
+    train(ref_model, ref_opt, 1, first=3)
+    train(m, opt, 1, first=3)
+    assert same(ref_model, m)
+
+
+def test_several_segments_share_the_host_memory_budget_they_are_given(tmp_path):
+    def three(model):
+        return [{"params": [model[0].weight], "betas": (0.8, 0.9)}, {"params": [model[0].bias, model[2].bias]},
+                {"params": [model[2].weight], "eps": 1e-6}]
+
+    m = make_model()
+    budget = 6 << 20
+    opt = strata_opt(m, tmp_path, params=three(m), host_memory_budget=budget)
+    assert len(opt.segments) == 3
+    assert opt.stats()["host_memory_budget"] <= budget
+    train(m, opt, 2)
+    assert opt.stats()["host_memory_peak"] <= budget
+
+
+def test_a_zero_size_parameter_is_carried_and_exported(tmp_path):
+    m = make_model()
+    empty = torch.nn.Parameter(torch.zeros(0))
+    opt = strata_opt(m, tmp_path, params=list(m.parameters()) + [empty])
+    train(m, opt, 2)
+    state = opt.torch_state_dict()["state"]
+    assert sorted(state) == [0, 1, 2, 3]
