@@ -27,6 +27,7 @@
 
 #include <strata/core/env.hpp>
 #include <strata/core/error.hpp>
+#include <strata/tier/path_arg.hpp>
 #include <strata/core/half.hpp>
 #include <strata/core/thread_pool.hpp>
 #include <strata/core/units.hpp>
@@ -98,6 +99,22 @@ std::uint64_t parse_for(std::string_view opt, const std::string& text, Parse par
   }
 }
 
+/// A directory or file given as `opt`, parsed by the library (strata::parse_path_arg): an empty
+/// one, an object store URL or any other URL is a usage error naming it, never a folder "s3:".
+inline std::filesystem::path file_system_path(std::string_view opt, const std::string& text) {
+  strata::path_arg p;
+  try {
+    p = strata::parse_path_arg(text, opt);
+  } catch (const strata::error& e) {
+    bad_usage(e.what());
+  }
+  if (p.kind != strata::path_kind::directory)
+    bad_usage(fmt::format("{} {}: this tool keeps its state in directories, not in an object store (offload_demo, "
+                          "strata-bench and the Python front take s3:// paths)",
+                          opt, text));
+  return p.directory;
+}
+
 /// A count in [lo, hi].
 inline std::size_t parse_number(std::string_view opt, const std::string& text, std::uint64_t lo, std::uint64_t hi) {
   const std::uint64_t v = parse_for(opt, text, strata::parse_count);
@@ -155,7 +172,7 @@ void parse_args(config& c, int argc, char** argv, std::vector<std::filesystem::p
     else if (a == "--weight-decay") c.weight_decay = parse_real(a, value(), false);
     else if (a == "--subgroup") c.subgroup = parse_number(a, value(), 1, std::uint64_t{1} << 40);
     else if (a == "--cache") parse_cache(c, a, value());
-    else if (a == "--path") c.paths.emplace_back(value());
+    else if (a == "--path") c.paths.emplace_back(file_system_path(a, value()));
     else if (a == "--threads") c.threads = parse_number(a, value(), 1, 1024);
     else if (a == "--seed") c.seed = parse_for(a, value(), strata::parse_count);
     else if (a == "--keep") c.keep = true;

@@ -782,7 +782,7 @@ int main(int argc, char** argv) {
             else if (v == "shared") c.io_sharing = strata::rw_sharing::shared;
             else mlp_example::bad_usage("--io-sharing takes separate or shared");
           }
-          else if (opt == "--checkpoint") c.checkpoint = value();
+          else if (opt == "--checkpoint") c.checkpoint = mlp_example::file_system_path(opt, value());
           else if (opt == "--checkpoint-every") c.checkpoint_every = mlp_example::parse_number(opt, value(), 1, 1 << 30);
           else if (opt == "--resume") c.resume = true;
           else if (opt == "--allow-change") {
@@ -799,7 +799,7 @@ int main(int argc, char** argv) {
               c.allow_change.push_back(name);
             }
           }
-          else if (opt == "--io-log") c.io_log = value();
+          else if (opt == "--io-log") c.io_log = mlp_example::file_system_path(opt, value());
           else if (opt == "--die-at") c.die_at = mlp_example::parse_number(opt, value(), 0, 1 << 30);
           else if (opt == "--die-rank") c.die_rank = static_cast<int>(mlp_example::parse_number(opt, value(), 0, 1 << 20));
           else return false;

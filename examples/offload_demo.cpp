@@ -133,7 +133,13 @@ int run(int argc, char** argv) {
       const auto at = p.find('@');
       const std::string dir = p.substr(0, at);
       if (dir.empty()) fail(fmt::format("--path '{}' has no directory (DIR[@READ/WRITE]; 'host' for host memory)", p));
-      if (dir.starts_with("s3://")) {
+      strata::path_arg parsed;
+      try {
+        parsed = strata::parse_path_arg(dir, "--path", /*allow_host=*/true);
+      } catch (const strata::error& e) {
+        fail(e.what());
+      }
+      if (parsed.kind == strata::path_kind::object_store) {
 #if STRATA_HAS_S3
         // s3://bucket/prefix[@READ/WRITE], or the form strata-bench takes: s3://bucket/prefix[:READ[:WRITE]].
         const auto a = strata::parse_s3_path_arg(dir);
@@ -152,8 +158,8 @@ int run(int argc, char** argv) {
 #else
         fail(fmt::format("--path {}: this build has no S3 tier (libcurl and libcrypto, STRATA_ENABLE_S3)", dir));
 #endif
-      } else if (dir != "host") {
-        pc.directory = dir;  // "host": a path in host memory (emulation, tests)
+      } else if (parsed.kind == strata::path_kind::directory) {
+        pc.directory = parsed.directory;  // (host: a path in host memory, for emulation and tests)
       }
       if (at != std::string::npos) {
         auto bw = p.substr(at + 1);

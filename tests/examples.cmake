@@ -84,6 +84,29 @@ if(MPI_CXX_FOUND)
   add_test(NAME strata_example_mpi_train_rejects_one_path
            COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2 "-DEXPECT_OUTPUT=^mpi_train: give --path twice"
                    -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:mpi_train> --path /tmp/x)
+  # Its paths go through the library's parser: an object store or a URL is refused by name (this
+  # tool keeps directories), never taken for a folder "s3:"; an empty path is named, not a
+  # filesystem error.
+  foreach(case "object_store_path|--path s3://strata/mpq: this tool keeps its state in directories|--path;s3://strata/mpq;--path;s3://strata/mpr"
+               "object_store_checkpoint|--checkpoint s3://strata/x: this tool keeps its state in directories|--path;p/a;--path;p/b;--checkpoint;s3://strata/x"
+               "malformed_url|--path: 's3:/x' is not an object store URL|--path;s3:/x;--path;p/b")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 name)
+    list(GET parts 1 regex)
+    list(SUBLIST parts 2 -1 args)
+    string(REPLACE ";" "\\;" args "${args}")
+    add_test(NAME strata_example_mpi_train_refuses_${name}_and_makes_no_folder
+             COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2 "-DEXPECT_OUTPUT=^mpi_train: ${regex}" -DEXPECT_NO_FILE=${CMAKE_CURRENT_BINARY_DIR}/s3:
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:mpi_train> ${args})
+    set_tests_properties(strata_example_mpi_train_refuses_${name}_and_makes_no_folder PROPERTIES
+                         LABELS "example;mpi;reliability" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}
+                         ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:abort_on_error=1")
+  endforeach()
+  add_test(NAME strata_example_mpi_train_names_an_empty_path  # (an empty argument survives only through a shell)
+           COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2 "-DEXPECT_OUTPUT=^mpi_train: --path: the path is empty" -P
+                   ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- sh -c "$<TARGET_FILE:mpi_train> --path '' --path x")
+  set_tests_properties(strata_example_mpi_train_names_an_empty_path PROPERTIES LABELS "example;mpi;reliability"
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:abort_on_error=1")
   # OpenMPI leaks at MPI_Finalize in components it unloaded: no leak check for MPI processes under
   # the ASan preset (the same model code runs leak-checked in train_mlp).
   set_tests_properties(strata_example_mpi_train_rejects_one_path PROPERTIES LABELS "example;mpi"

@@ -8,3 +8,7 @@ endif()
 if(NOT "${out}${err}" MATCHES "${EXPECT_OUTPUT}")
   message(FATAL_ERROR "output does not match '${EXPECT_OUTPUT}'\nstdout: ${out}\nstderr: ${err}")
 endif()
+# -DEXPECT_NO_FILE=<path>: and the command left no file or directory there.
+if(DEFINED EXPECT_NO_FILE AND (EXISTS "${EXPECT_NO_FILE}" OR IS_SYMLINK "${EXPECT_NO_FILE}"))
+  message(FATAL_ERROR "the command left ${EXPECT_NO_FILE} behind\nstdout: ${out}\nstderr: ${err}")
+endif()

@@ -20,6 +20,7 @@
 #include <strata/core/aligned_buffer.hpp>
 #include <strata/core/units.hpp>
 #include <strata/core/fs.hpp>
+#include <strata/tier/path_arg.hpp>
 #include <strata/tier/checksummed.hpp>
 #include <strata/tier/file_tier.hpp>
 #include <strata/tier/object_store_tier.hpp>
@@ -119,7 +120,13 @@ int run_s3(args& a, const std::string& url_arg) {
 
 int run(args& a) {
   const std::string path_arg = a.get_or("path", "strata-bench-io");
-  if (path_arg.starts_with("s3://")) {
+  path_kind kind = path_kind::directory;
+  try {
+    kind = parse_path_arg(path_arg, "io: --path").kind;
+  } catch (const config_error& e) {
+    throw usage_error(e.what());
+  }
+  if (kind == path_kind::object_store) {
 #if STRATA_HAS_S3
     return run_s3(a, path_arg);
 #else

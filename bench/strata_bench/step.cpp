@@ -44,6 +44,7 @@
 #include <strata/core/aligned_buffer.hpp>
 #include <strata/core/fs.hpp>
 #include <strata/core/half.hpp>
+#include <strata/tier/path_arg.hpp>
 #include <strata/core/thread_pool.hpp>
 #include <strata/core/trace.hpp>
 #include <strata/core/units.hpp>
@@ -111,6 +112,11 @@ path_spec parse_path(const std::string& text, std::size_t index) {
                                   "libcrypto, STRATA_ENABLE_S3)",
                                   text));
 #endif
+  }
+  try {  // (a URL that is not s3:// is refused, not taken for DIR:READ)
+    (void)parse_path_arg(text, "step: --path");
+  } catch (const config_error& e) {
+    throw usage_error(e.what());
   }
   const auto colon = text.find(':');
   p.dir = text.substr(0, colon);

@@ -61,7 +61,8 @@
 #include "strata/tier/host_tier.hpp"
 #include "strata/tier/limited.hpp"
 #include "strata/tier/multipath.hpp"
-#include "strata/tier/object_store_tier.hpp"  // empty unless STRATA_HAS_S3
+#include "strata/tier/object_store_tier.hpp"
+#include "strata/tier/path_arg.hpp"
 #include "strata/tier/placement_policy.hpp"
 #include "strata/tier/striped.hpp"
 #include "strata/tier/throttled.hpp"

@@ -22,6 +22,7 @@
 #include <strata/core/error.hpp>
 #include <strata/core/half.hpp>
 #include <strata/offload/make_offloaded_adamw.hpp>
+#include <strata/tier/path_arg.hpp>
 #include <strata/version.hpp>
 
 namespace nb = nanobind;
@@ -183,10 +184,11 @@ strata::offload_path_config path_of(nb::handle h, std::size_t i) {
   }
   if (h.is_none()) return p;  // host memory
   const auto text = nb::cast<std::string>(nb::str(h));  // str or os.PathLike (its str is the path)
-  if (text.rfind("s3://", 0) == 0)
-    p.url = text;
+  const auto parsed = strata::parse_path_arg(text, fmt::format("strata: path {}", i));
+  if (parsed.kind == strata::path_kind::object_store)
+    p.url = parsed.url;
   else
-    p.directory = text;
+    p.directory = parsed.directory;
   return p;
 }
 
