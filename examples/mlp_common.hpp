@@ -208,6 +208,7 @@ int example_main(const char* program, const std::string& usage, int argc, char**
     for (const auto& var : strata::unknown_env_variables())
       std::fprintf(stderr, "%s: warning: %s is not a strata variable (misspelt?); it is ignored\n", program,
                    var.c_str());
+    strata::check_env_variables();
     parse(c);
   } catch (const std::exception& e) {  // config_error from bad_usage or the environment (STRATA_*)
     std::fprintf(stderr, "%s: %s\n", program, e.what());

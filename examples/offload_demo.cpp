@@ -78,6 +78,7 @@ std::uint64_t count_in(std::string_view flag, const std::string& text, std::uint
 int run(int argc, char** argv) {
   for (const auto& name : strata::unknown_env_variables())
     std::fprintf(stderr, "offload_demo: warning: %s is not a strata variable (misspelt?); it is ignored\n", name.c_str());
+  strata::check_env_variables();
   strata::offloaded_adamw_config cfg;
   std::uint64_t params = 10'000'000;
   std::uint64_t steps = 3;

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   for (const auto& var : strata::unknown_env_variables())
     fmt::print(stderr, "strata-bench: warning: {} is not a strata variable (misspelt?); it is ignored\n", var);
   try {
+    strata::check_env_variables();
     strata::bench::args a(std::string(name), rest);
     return cmd->run(a);
   } catch (const strata::config_error& e) {  // usage_error is one; so is a bad size or option value

@@ -32,6 +32,7 @@ It trains as torch's AdamW does wherever that one is used:
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import threading
 import weakref
@@ -353,6 +354,33 @@ class _ShareView:
         raise IndexError(sl)
 
 
+
+def _hyper_number(value: Any, name: str, whose: str, low: float, high: Optional[float] = None) -> float:
+    """A hyper-parameter as a float, or a ConfigError naming it (torch's own checks: low <= value,
+    and value < high where given; NaN fails both)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.requires_grad:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"strata.torch: {whose}{name} is {value!r}, not a number")
+    v = float(value)
+    if not low <= v or (high is not None and not v < high):
+        bounds = f"in [{low}, {high})" if high is not None else f">= {low}"
+        raise ConfigError(f"strata.torch: {whose}{name} is {value!r}; it must be {bounds}")
+    return v
+
+
+def _check_hyper(group: dict, gi: int) -> None:
+    """A param group's AdamW hyper-parameters are numbers in torch's ranges (ConfigError otherwise)."""
+    whose = f"group {gi}'s "
+    _hyper_number(group["lr"], "lr", whose, 0.0)
+    _hyper_number(group["eps"], "eps", whose, 0.0)
+    _hyper_number(group["weight_decay"], "weight_decay", whose, 0.0)
+    betas = group["betas"]
+    if isinstance(betas, (str, bytes)) or not isinstance(betas, Iterable) or len(tuple(betas)) != 2:
+        raise ConfigError(f"strata.torch: {whose}betas must be two numbers, got {betas!r}")
+    for k, b in enumerate(betas):
+        _hyper_number(b, f"betas[{k}]", whose, 0.0, 1.0)
+
 class OffloadedAdamW(torch.optim.Optimizer):
     """AdamW with its state offloaded to ``paths`` (see the module's doc).
 
@@ -427,9 +455,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
             raise ConfigError(f"strata.torch: handover={handover!r} (expected 'auto', 'step' or 'backward')")
         if isinstance(paths, (str, os.PathLike)) or paths is None:
             raise ConfigError("strata.torch: paths must be a list of directories (one path: [dir])")
-        betas = tuple(float(b) for b in betas)
-        if len(betas) != 2:
+        if isinstance(betas, (str, bytes)) or not isinstance(betas, Iterable) or len(tuple(betas)) != 2:
             raise ConfigError(f"strata.torch: betas must be two numbers, got {betas!r}")
+        betas = tuple(_hyper_number(b, f"betas[{k}]", "", 0.0, 1.0) for k, b in enumerate(betas))
         if int(keep_checkpoints) < 0:
             raise ConfigError(f"strata.torch: keep_checkpoints={keep_checkpoints} (0 keeps all)")
         self._handover = handover
@@ -451,6 +479,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         self._cache_total = cache
         self._subgroup = subgroup_size
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize)
+        _check_hyper(defaults, 0)
         self._building = True
         super().__init__(params, defaults)
         self._building = False
@@ -543,6 +572,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 raise ConfigError(f"strata.torch: parameter {i} of group {gi} (shape {tuple(p.shape)}) appears twice")
             seen.add(id(p))
         super().add_param_group(param_group)
+        try:
+            _check_hyper(self.param_groups[-1], gi)
+        except ConfigError:
+            self.param_groups.pop()
+            raise
         if getattr(self, "_building", True):
             return
         for i, p in enumerate(params):
@@ -819,7 +853,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
         out: list = []
         for i, at, _, k in seg.pieces():
             g = self.param_groups[seg.group_of[i]]
-            lr, wd = float(g["lr"]), float(g["weight_decay"])
+            lr = _hyper_number(g["lr"], "lr", f"group {seg.group_of[i]}'s ", 0.0)
+            wd = _hyper_number(g["weight_decay"], "weight_decay", f"group {seg.group_of[i]}'s ", 0.0)
             if out and out[-1][2] == lr and out[-1][3] == wd and out[-1][0] + out[-1][1] == at:
                 out[-1] = (out[-1][0], out[-1][1] + k, lr, wd)
             else:

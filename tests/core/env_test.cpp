@@ -80,6 +80,17 @@ TEST_CASE("the variables strata reads refuse an empty value") {
   }
 }
 
+TEST_CASE("an empty variable is refused up front even where the run would never read it") {
+  CHECK_NOTHROW(strata::check_env_variables());
+  for (const auto& v : strata::env_variables) {
+    const std::string name(v.name);
+    scoped_env e(name.c_str(), "");
+    const std::string message = name + " is set but empty";
+    CHECK_THROWS_WITH_AS(strata::check_env_variables(), doctest::Contains(message.c_str()),
+                         strata::config_error);
+  }
+}
+
 TEST_CASE("integers are parsed whole and range-checked") {
   {
     scoped_env e("STRATA_TEST_X", "12");

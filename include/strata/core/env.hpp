@@ -118,6 +118,14 @@ template <std::integral T>
   detail::bad_env(name, *raw, fmt::format("expected one of: {}", fmt::join(choices, ", ")));
 }
 
+/// config_error naming the first STRATA_* variable strata reads that is set but empty. A reader
+/// refuses an empty value only when its component is built, so a run that never builds one (no
+/// node limiter, no file tier) would take `STRATA_NODE_LIMITER_DIR=` silently; tools and the
+/// run-time optimizer call this first, so that an empty setting is refused whatever the run uses.
+inline void check_env_variables() {
+  for (const auto& v : env_variables) (void)env_raw(std::string(v.name).c_str());
+}
+
 /// STRATA_* variables set in this process that strata does not read (likely misspelt).
 [[nodiscard]] inline std::vector<std::string> unknown_env_variables() {
   std::vector<std::string> unknown;

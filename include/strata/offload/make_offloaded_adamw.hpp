@@ -48,6 +48,7 @@
 #include "strata/tier/host_tier.hpp"
 #include "strata/tier/limited.hpp"
 #include "strata/tier/multipath.hpp"
+#include "strata/core/env.hpp"
 #include "strata/tier/object_store_tier.hpp"
 #include "strata/tier/striped.hpp"
 #include "strata/tier/throttled.hpp"
@@ -419,6 +420,7 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
 template <executor Exec, update_site Site, class Build>
 std::unique_ptr<any_offloaded_adamw_on<Exec>> make_runtime(offloaded_adamw_config c, Exec* exec, Site site,
                                                            Build&& build) {
+  check_env_variables();  // an empty STRATA_* is refused whether or not this run reads it
   STRATA_EXPECTS(!c.paths.empty(), config_error, "make_offloaded_adamw: no paths given");
   STRATA_EXPECTS(!c.stripe_paths || c.stripe_bytes > 0, config_error, "make_offloaded_adamw: stripe_bytes must be positive");
   if (c.preset == "zero_infinity") {
