@@ -24,8 +24,17 @@
 /// - Retries: 5xx, 429, SlowDown and transport errors (reset, truncated body, timeout), and an
 ///   answer that fails a check (ETag, Content-Range), are retried with exponential backoff and
 ///   full jitter (Retry-After honoured) up to `max_retries` times; other 4xx and exhausted
-///   retries are a remote_error naming the operation, key, HTTP status, S3 error code and
-///   request id.
+///   retries are a remote_error naming the operation, key, endpoint, HTTP status, S3 error code
+///   and request id.
+/// - Timeouts: an attempt ends when its connection does not open within `connect_timeout`, its
+///   answer does not begin within `first_byte_timeout` of the request being sent, or it moves
+///   under 1 KiB/s for `stall_timeout`; a request with all its retries ends at
+///   `request_deadline`. So a store that takes connections and never answers fails each request
+///   within a bounded time, as a remote_error that says which limit ran out.
+/// - Names: the bucket and the prefix are checked when the tier is made: a prefix with '.',
+///   '..' or empty segments (a leading '/', '//'), control characters or backslashes is a
+///   config_error, as clients, proxies and servers rewrite such paths and the request signed
+///   would not be the one served.
 /// - Keys: `<prefix><hh>/<object>`, `hh` two hex digits of the object name's hash, so requests
 ///   spread over 256 partitions of the prefix (S3 limits request rates per partition). Sizes
 ///   come from an index filled by the tier's writes and by one listing of the prefix when the
