@@ -62,6 +62,35 @@ if(STRATA_HAS_S3 AND STRATA_BUILD_TESTS)
                      --path s3://strata/x --block 1MiB)
     set_tests_properties(strata_bench_step_s3_rejects_compare_equal strata_bench_io_s3_rejects_directory_options
                          PROPERTIES LABELS "s3;bench")
+    # A store that takes connections and never answers: io fails with one line naming the listing,
+    # the endpoint and what timed out, within the configured request_deadline (4 s) and far within
+    # the TIMEOUT below (each attempt used to wait out a 60 s stall timer, seven attempts in all).
+    add_test(NAME strata_bench_io_s3_fails_within_its_deadline_on_a_silent_endpoint
+             COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/silent_endpoint.py --expect-rc 1
+                     "--expect-output=^strata-bench io: S3 LIST s3://strata/silent-io/ at http://127\\.0\\.0\\.1:[0-9]+: no response: request_deadline 4 s ran out \\(it bounds all attempts together\\): .*first_byte_timeout.*, after [0-9]+ attempts\n?$"
+                     -- $<TARGET_FILE:strata_bench> io --path s3://strata/silent-io --size 8MiB --object 8MiB
+                     --reps 1)
+    set_tests_properties(strata_bench_io_s3_fails_within_its_deadline_on_a_silent_endpoint PROPERTIES
+                         ENVIRONMENT "STRATA_S3_FIRST_BYTE_TIMEOUT=1;STRATA_S3_REQUEST_DEADLINE=4" TIMEOUT 60)
+    # Settings refused before any request (the endpoint, port 1, refuses connections anyway): an
+    # empty AWS_* variable, and a prefix with '..' segments that a server would resolve.
+    add_test(NAME strata_bench_io_s3_refuses_an_empty_aws_region
+             COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2
+                     "-DEXPECT_OUTPUT=^strata-bench: environment variable AWS_REGION is set but empty: unset it or give a value\n$"
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:strata_bench> io
+                     --path s3://strata/x --size 8MiB --object 8MiB --reps 1)
+    add_test(NAME strata_bench_io_s3_refuses_a_prefix_with_dot_dot_segments
+             COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=2
+                     "-DEXPECT_OUTPUT=^strata-bench: io: --path: 's3://strata/\\.\\./\\.\\./etc': key prefix '\\.\\./\\.\\./etc' has a '\\.\\.' segment"
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:strata_bench> io
+                     --path s3://strata/../../etc --size 8MiB --object 8MiB --reps 1)
+    set_tests_properties(strata_bench_io_s3_refuses_an_empty_aws_region
+                         strata_bench_io_s3_refuses_a_prefix_with_dot_dot_segments PROPERTIES
+                         ENVIRONMENT "AWS_REGION=;AWS_ENDPOINT_URL=http://127.0.0.1:1;AWS_ACCESS_KEY_ID=k;AWS_SECRET_ACCESS_KEY=s"
+                         TIMEOUT 60)
+    set_tests_properties(strata_bench_io_s3_fails_within_its_deadline_on_a_silent_endpoint
+                         strata_bench_io_s3_refuses_an_empty_aws_region
+                         strata_bench_io_s3_refuses_a_prefix_with_dot_dot_segments PROPERTIES LABELS "s3;bench;reliability")
   endif()
 
   if(STRATA_BUILD_EXAMPLES)

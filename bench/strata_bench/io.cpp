@@ -51,7 +51,7 @@ int run_s3(args& a, const std::string& url_arg) {
   try {
     where = parse_s3_path_arg(url_arg);
   } catch (const config_error& e) {
-    throw usage_error(fmt::format("io: --path '{}': {} (expected s3://bucket/prefix)", url_arg, e.what()));
+    throw usage_error(fmt::format("io: --path: {} (expected s3://bucket/prefix)", e.what()));  // (it names the URL)
   }
   if (where.read_bandwidth > 0)
     throw usage_error(fmt::format("io: --path '{}': io measures the store; bandwidths (:READ:WRITE) do not apply",
@@ -212,8 +212,11 @@ const registration reg{{"io", "file-tier (or S3 object-store tier) write/read th
                         "  --path DIR      a directory, through file_tier (made if missing; removed if this run made it)\n"
                         "  --path s3://bucket/prefix\n"
                         "                  an object store, through object_store_tier (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,\n"
-                        "                  AWS_SECRET_ACCESS_KEY, AWS_REGION); writes only objects probe-<i> under the\n"
-                        "                  prefix, refuses a prefix that holds one already, removes them at the end\n"
+                        "                  AWS_SECRET_ACCESS_KEY, AWS_REGION; timeouts in seconds from\n"
+                        "                  STRATA_S3_CONNECT_TIMEOUT, STRATA_S3_FIRST_BYTE_TIMEOUT (default 10) and\n"
+                        "                  STRATA_S3_REQUEST_DEADLINE (default 120, all retries of a request)); writes\n"
+                        "                  only objects probe-<i> under the prefix, refuses a prefix that holds one\n"
+                        "                  already, removes them at the end\n"
                         "  --size BYTES    bytes written then read per pass\n"
                         "  --object BYTES  object size (the passes write and read --size / --object objects at once)\n"
                         "  --block BYTES   directory: size of each I/O operation (the tier's chunk); not for s3://\n"

@@ -7,6 +7,8 @@
 
 #include <array>
 #include <charconv>
+#include <chrono>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <cstdlib>
@@ -35,7 +37,7 @@ struct env_variable {
 };
 
 /// Every STRATA_* variable strata reads. Keep README's table in step with this list.
-inline constexpr std::array<env_variable, 8> env_variables{{
+inline constexpr std::array<env_variable, 11> env_variables{{
     {"STRATA_NUM_THREADS", "threads of the pools strata creates when none is given (1..1024)",
      "the number of online CPUs"},
     {"STRATA_IO_BACKEND", "file_tier engine: auto, uring or posix", "auto (io_uring when available)"},
@@ -45,6 +47,15 @@ inline constexpr std::array<env_variable, 8> env_variables{{
     {"STRATA_IO_THREADS", "file_tier POSIX engine threads (1..256)", "4"},
     {"STRATA_NODE_LIMITER_DIR", "directory of node_limiter files (absolute; node-local, with flock)",
      "/dev/shm/strata-<uid>, else /tmp/strata-<uid>"},
+    {"STRATA_S3_CONNECT_TIMEOUT", "object_store_tier: seconds a connection may take to open (e.g. 10, 2.5)", "10"},
+    {"STRATA_S3_FIRST_BYTE_TIMEOUT",
+     "object_store_tier: seconds a request sent whole may wait for the answer's first byte before the attempt is "
+     "abandoned and retried; 0: no limit",
+     "10"},
+    {"STRATA_S3_REQUEST_DEADLINE",
+     "object_store_tier: seconds a request may take with all its retries, from its first attempt going out; 0: no "
+     "limit",
+     "120"},
     {"STRATA_REQUIRE_S3", "strata's own tests: a missing S3 test server fails them instead of skipping (.ci/run sets it)",
      "unset (they skip)"},
 }};
@@ -95,6 +106,27 @@ template <std::integral T>
   if (value < min || value > max)
     detail::bad_env(name, *raw, fmt::format("must be between {} and {}", format_size(min), format_size(max)));
   return value;
+}
+
+/// A duration in seconds ("10", "2.5"; at most millisecond precision) in [min, max], or
+/// `fallback` when unset.
+[[nodiscard]] inline std::chrono::milliseconds env_seconds(const char* name, std::chrono::milliseconds fallback,
+                                                           std::chrono::milliseconds min = std::chrono::milliseconds(0),
+                                                           std::chrono::milliseconds max = std::chrono::hours(24)) {
+  const auto raw = env_raw(name);
+  if (!raw) return fallback;
+  double seconds = 0;
+  const char* first = raw->data();
+  const char* last = raw->data() + raw->size();
+  const auto [ptr, ec] = std::from_chars(first, last, seconds, std::chars_format::fixed);
+  if (ec != std::errc{} || ptr != last || !std::isfinite(seconds))
+    detail::bad_env(name, *raw, "not a number of seconds (e.g. 10 or 2.5)");
+  const double ms = std::round(seconds * 1000.0);
+  if (ms < static_cast<double>(min.count()) || ms > static_cast<double>(max.count()))
+    detail::bad_env(name, *raw,
+                    fmt::format("must be between {} and {} seconds", static_cast<double>(min.count()) / 1000.0,
+                                static_cast<double>(max.count()) / 1000.0));
+  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
 }
 
 /// A boolean: 1/0, true/false, yes/no, on/off (any case); `fallback` when unset.

@@ -149,12 +149,12 @@ class integrity_error : public error {
   std::shared_ptr<const info> info_;
 };
 
-/// A request to a remote store (S3) failed for good: refused (a 4xx other than throttling) or
-/// still failing after every retry. Names the operation, the key, the HTTP status (0 when no
-/// response came), the store's error code and request id, or the transport's error. Never
-/// holds a credential.
-/// what(): "S3 PUT s3://bucket/run/3f/sg-7.m: HTTP 403 AccessDenied (request id 17A2...): Access
-/// Denied, after 1 attempt".
+/// A request to a remote store (S3) failed for good: refused (a 4xx other than throttling), still
+/// failing after every retry, or out of time. Names the operation, the key, the endpoint, the
+/// HTTP status (0 when no response came), the store's error code and request id, or the
+/// transport's error. Never holds a credential.
+/// what(): "S3 PUT s3://bucket/run/3f/sg-7.m at https://s3.eu-west-1.amazonaws.com: HTTP 403
+/// AccessDenied (request id 17A2...): Access Denied, after 1 attempt".
 class remote_error : public error {
  public:
   struct info {
@@ -165,6 +165,7 @@ class remote_error : public error {
     std::string request_id;  ///< the store's request id; empty if none
     std::string message;     ///< the store's message, or the transport's error text
     unsigned attempts = 1;   ///< requests made, retries included
+    std::string endpoint;    ///< where the requests went, "http://127.0.0.1:8333"; empty if not known
   };
   explicit remote_error(info i) : error(format(i)), info_(std::make_shared<const info>(std::move(i))) {}
 
@@ -174,10 +175,13 @@ class remote_error : public error {
   [[nodiscard]] const std::string& code() const noexcept { return info_->code; }
   [[nodiscard]] const std::string& request_id() const noexcept { return info_->request_id; }
   [[nodiscard]] unsigned attempts() const noexcept { return info_->attempts; }
+  [[nodiscard]] const std::string& endpoint() const noexcept { return info_->endpoint; }
 
  private:
   static std::string format(const info& i) {
-    std::string s = fmt::format("S3 {} {}: ", i.operation, i.key);
+    std::string s = fmt::format("S3 {} {}", i.operation, i.key);
+    if (!i.endpoint.empty()) s += fmt::format(" at {}", i.endpoint);
+    s += ": ";
     if (i.http_status != 0) {
       s += fmt::format("HTTP {}", i.http_status);
       if (!i.code.empty()) s += fmt::format(" {}", i.code);

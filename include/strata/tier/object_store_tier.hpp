@@ -24,8 +24,17 @@
 /// - Retries: 5xx, 429, SlowDown and transport errors (reset, truncated body, timeout), and an
 ///   answer that fails a check (ETag, Content-Range), are retried with exponential backoff and
 ///   full jitter (Retry-After honoured) up to `max_retries` times; other 4xx and exhausted
-///   retries are a remote_error naming the operation, key, HTTP status, S3 error code and
-///   request id.
+///   retries are a remote_error naming the operation, key, endpoint, HTTP status, S3 error code
+///   and request id.
+/// - Timeouts: an attempt ends when its connection does not open within `connect_timeout`, its
+///   answer does not begin within `first_byte_timeout` of the request being sent, or it moves
+///   under 1 KiB/s for `stall_timeout`; a request with all its retries ends at
+///   `request_deadline`. So a store that takes connections and never answers fails each request
+///   within a bounded time, as a remote_error that says which limit ran out.
+/// - Names: the bucket and the prefix are checked when the tier is made: a prefix with '.',
+///   '..' or empty segments (a leading '/', '//'), control characters or backslashes is a
+///   config_error, as clients, proxies and servers rewrite such paths and the request signed
+///   would not be the one served.
 /// - Keys: `<prefix><hh>/<object>`, `hh` two hex digits of the object name's hash, so requests
 ///   spread over 256 partitions of the prefix (S3 limits request rates per partition). Sizes
 ///   come from an index filled by the tier's writes and by one listing of the prefix when the
@@ -111,7 +120,28 @@ struct object_store_options {
   std::string session_token{};
   std::string name{};  ///< default "s3://<bucket>/<prefix>"
   std::size_t hash_threads = 0;  ///< threads hashing payloads; 0: min(4, CPUs)
+  /// A transfer that moves under 1 KiB/s for this long is abandoned and retried.
   std::chrono::seconds stall_timeout{60};
+  /// A connection that has not opened this long after it was begun is abandoned (an attempt
+  /// that failed, retried). Default: STRATA_S3_CONNECT_TIMEOUT, else 10 s.
+  std::chrono::milliseconds connect_timeout = env_seconds("STRATA_S3_CONNECT_TIMEOUT", std::chrono::seconds(10),
+                                                          std::chrono::milliseconds(1));
+  /// An attempt whose answer has not begun this long after its request was sent whole (for a
+  /// PUT: after the store took the body's last byte) is abandoned and retried. S3 answers even an
+  /// 8 MiB PUT within a second or two of its last byte, and a GET's answer starts before its body
+  /// streams, so 10 s is several times what a healthy store needs, while an endpoint that takes
+  /// connections and never answers costs 10 s an attempt instead of stall_timeout's 60 s (about
+  /// 70 s in all with the default retries). An attempt cut off too soon is only sent again.
+  /// Default: STRATA_S3_FIRST_BYTE_TIMEOUT, else 10 s; 0: no limit.
+  std::chrono::milliseconds first_byte_timeout = env_seconds("STRATA_S3_FIRST_BYTE_TIMEOUT", std::chrono::seconds(10));
+  /// A request ends within this long of its first attempt going out on a connection, its
+  /// retries and their backoff included (time queued behind the tier's other requests does not
+  /// count): past it the attempt in flight is cut off, no other starts, and the request is a
+  /// remote_error naming it. It bounds how long a store that fails every attempt (a silent
+  /// one, a 503 storm) holds a write or a read, so it must also cover the slowest legitimate
+  /// request, one part: 120 s moves an 8 MiB part at 70 KB/s, far below any link worth
+  /// offloading to. Default: STRATA_S3_REQUEST_DEADLINE, else 120 s; 0: no deadline.
+  std::chrono::milliseconds request_deadline = env_seconds("STRATA_S3_REQUEST_DEADLINE", std::chrono::seconds(120));
   /// Ranged GETs of at least this many bytes over http:// are received straight into the
   /// caller's buffer on keep-alive connections of the tier's own (up to max_connections more
   /// beside curl's), saving curl's copy of every byte read; UINT64_MAX: every request through
@@ -145,16 +175,71 @@ struct s3_location {
   std::string prefix;
 };
 
-/// Parses "s3://bucket[/prefix]"; config_error naming the text otherwise.
+namespace detail {
+/// `text` with control characters and backslashes shown as \xNN, for messages.
+inline std::string printable(std::string_view text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f || c == '\\') {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+}  // namespace detail
+
+/// config_error unless `prefix` is a key prefix whose keys are the ones requested: segments
+/// between '/' that are neither empty nor "." nor "..", and no control character or backslash
+/// (a client, proxy or server normalizes those, so the request signed is not the one served, or
+/// the keys land elsewhere). One trailing '/' is allowed. `where` (a URL, a tier) starts the message.
+inline void validate_s3_prefix(std::string_view where, std::string_view prefix) {
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    const auto c = static_cast<unsigned char>(prefix[i]);
+    STRATA_EXPECTS(c >= 0x20 && c != 0x7f, config_error,
+                   "{}: key prefix '{}' holds a control character (\\x{:02x}) at position {}", where,
+                   detail::printable(prefix), c, i);
+    STRATA_EXPECTS(c != '\\', config_error,
+                   "{}: key prefix '{}' holds a backslash at position {} (some servers take it for '/')", where,
+                   detail::printable(prefix), i);
+  }
+  if (prefix.empty()) return;
+  std::string_view rest = prefix;
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  for (std::size_t from = 0;;) {
+    const auto slash = rest.find('/', from);
+    const std::string_view seg = rest.substr(from, slash == std::string_view::npos ? std::string_view::npos : slash - from);
+    STRATA_EXPECTS(!seg.empty(), config_error,
+                   "{}: key prefix '{}' has an empty segment (a leading '/' or '//'; keys would not be where they "
+                   "seem)",
+                   where, prefix);
+    STRATA_EXPECTS(seg != "." && seg != "..", config_error,
+                   "{}: key prefix '{}' has a '{}' segment (servers and proxies resolve it, so the keys would not be "
+                   "where they seem)",
+                   where, prefix, seg);
+    if (slash == std::string_view::npos) break;
+    from = slash + 1;
+  }
+}
+
+/// Parses "s3://bucket[/prefix]"; config_error naming the text otherwise (a bucket name S3 does
+/// not allow, a prefix validate_s3_prefix refuses).
 [[nodiscard]] inline s3_location parse_s3_url(std::string_view url) {
-  STRATA_EXPECTS(url.starts_with("s3://"), config_error, "'{}' is not an s3:// URL", url);
+  STRATA_EXPECTS(url.starts_with("s3://"), config_error, "'{}' is not an s3:// URL", detail::printable(url));
   const std::string_view rest = url.substr(5);
   const auto slash = rest.find('/');
   s3_location l{std::string(rest.substr(0, slash)), slash == std::string_view::npos ? "" : std::string(rest.substr(slash + 1))};
+  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   STRATA_EXPECTS(l.bucket.size() >= 3 && l.bucket.size() <= 63 &&
-                     std::all_of(l.bucket.begin(), l.bucket.end(),
-                                 [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.'; }),
-                 config_error, "'{}': bucket name '{}' is not valid (3-63 of [a-z0-9.-])", url, l.bucket);
+                     std::all_of(l.bucket.begin(), l.bucket.end(), [&](char c) { return alnum(c) || c == '-' || c == '.'; }) &&
+                     alnum(l.bucket.front()) && alnum(l.bucket.back()) && l.bucket.find("..") == std::string::npos,
+                 config_error,
+                 "'{}': bucket name '{}' is not valid (3-63 of [a-z0-9.-], starting and ending with a letter or digit, "
+                 "no '..')",
+                 detail::printable(url), detail::printable(l.bucket));
+  validate_s3_prefix(fmt::format("'{}'", detail::printable(url)), l.prefix);
   return l;
 }
 
@@ -262,11 +347,19 @@ inline std::string xml_escape(std::string_view s) {
   return out;
 }
 
+// `value` when given, else the first of the variables that is set, else `fallback`. Any of the
+// variables that is set but empty is a config_error naming it, as a STRATA_* one is (env_raw),
+// even behind one that is set: an empty AWS_REGION or AWS_ENDPOINT_URL is more likely a script
+// whose value went missing than a wish for the default, and the default (AWS's us-east-1
+// endpoint) would send the requests elsewhere.
 inline std::string env_or(std::string value, std::initializer_list<const char*> names, std::string fallback = {}) {
   if (!value.empty()) return value;
-  for (const char* n : names)
-    if (const char* v = std::getenv(n); v != nullptr && *v != '\0') return v;  // NOLINT(concurrency-mt-unsafe)
-  return fallback;
+  std::optional<std::string> found;
+  for (const char* n : names) {
+    auto v = env_raw(n);
+    if (!found) found = std::move(v);
+  }
+  return found ? std::move(*found) : fallback;
 }
 
 }  // namespace detail
@@ -279,8 +372,26 @@ class object_store_tier {
 
   explicit object_store_tier(object_store_options o) : opts_(std::move(o)) {
     STRATA_EXPECTS(!opts_.bucket.empty(), config_error, "object_store_tier: no bucket given");
+    // The bucket is a path segment (path style) or part of the host name (virtual-hosted): S3's
+    // characters, and legacy buckets' capitals and '_', but nothing that moves the request.
+    STRATA_EXPECTS(opts_.bucket.size() <= 255 && opts_.bucket != "." && opts_.bucket != ".." &&
+                       std::all_of(opts_.bucket.begin(), opts_.bucket.end(),
+                                   [](char c) {
+                                     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                                            c == '-' || c == '.' || c == '_';
+                                   }),
+                   config_error, "object_store_tier: bucket name '{}' is not valid (up to 255 of [A-Za-z0-9._-], not '.' or '..')",
+                   opts_.bucket);
+    validate_s3_prefix(fmt::format("object_store_tier 's3://{}/{}'", opts_.bucket, detail::printable(opts_.prefix)),
+                       opts_.prefix);
     if (!opts_.prefix.empty() && opts_.prefix.back() != '/') opts_.prefix += '/';
     if (opts_.name.empty()) opts_.name = fmt::format("s3://{}/{}", opts_.bucket, opts_.prefix);
+    STRATA_EXPECTS(opts_.connect_timeout.count() > 0 && opts_.first_byte_timeout.count() >= 0 &&
+                       opts_.request_deadline.count() >= 0 && opts_.stall_timeout.count() > 0,
+                   config_error,
+                   "object_store_tier '{}': connect_timeout and stall_timeout must be positive, first_byte_timeout and "
+                   "request_deadline not negative (0: no limit)",
+                   opts_.name);
     STRATA_EXPECTS(opts_.part_size >= min_part_size, config_error,
                    "object_store_tier '{}': part_size {} is below S3's minimum part of {}", opts_.name,
                    format_size(opts_.part_size), format_size(min_part_size));
@@ -305,8 +416,8 @@ class object_store_tier {
     hashers_ = std::make_unique<thread_pool>(threads, "strata-s3hash");
     client_ = std::make_unique<detail::http_client>(detail::http_client_options{
         .name = opts_.name, .max_connections = opts_.max_connections, .ca_file = opts_.ca_file,
-        .verify_tls = opts_.verify_tls, .stall_timeout = opts_.stall_timeout,
-        .direct_receive_min = opts_.direct_receive_min});
+        .verify_tls = opts_.verify_tls, .connect_timeout = opts_.connect_timeout,
+        .stall_timeout = opts_.stall_timeout, .first_byte_timeout = opts_.first_byte_timeout, .direct_receive_min = opts_.direct_receive_min});
     list_existing();
   }
 
@@ -474,6 +585,9 @@ class object_store_tier {
     unique_function<void(std::exception_ptr, detail::http_response&&)> done;
     unsigned attempts = 0;
     std::string shown;  // what messages name, when not the key (a listing names its prefix)
+    // request_deadline from when the first attempt went out; max() until then (or with none)
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    std::string earlier_failure;  // why the attempt before the last failed, for a deadline's message
   };
 
   struct write_op {
@@ -524,6 +638,13 @@ class object_store_tier {
     host_ = path_style_ ? authority : fmt::format("{}.{}", opts_.bucket, authority);
   }
 
+  // The endpoint as messages name it: scheme and authority, no trailing '/'.
+  [[nodiscard]] std::string shown_endpoint() const {
+    std::string_view e = opts_.endpoint;
+    while (e.ends_with('/')) e.remove_suffix(1);
+    return std::string(e);
+  }
+
   [[nodiscard]] std::string display_key(std::string_view key) const {
     return fmt::format("s3://{}/{}", opts_.bucket, key);
   }
@@ -559,6 +680,8 @@ class object_store_tier {
       req.body = c->body;
       req.receive = c->receive;
       req.not_before = not_before;
+      req.deadline = c->deadline;
+      if (c->deadline == std::chrono::steady_clock::time_point::max()) req.time_limit = opts_.request_deadline;
     } catch (...) {
       c->done(std::current_exception(), {});
       return;
@@ -569,9 +692,13 @@ class object_store_tier {
   void on_response(const std::shared_ptr<call>& c, detail::http_response&& r) noexcept {
     try {
       ++c->attempts;
+      const auto now = std::chrono::steady_clock::now();
+      if (c->deadline == std::chrono::steady_clock::time_point::max() && opts_.request_deadline.count() > 0)
+        c->deadline = r.deadline != std::chrono::steady_clock::time_point::max() ? r.deadline : now + opts_.request_deadline;
       remote_error::info info;
       info.operation = c->operation;
       info.key = c->shown.empty() ? display_key(c->key) : c->shown;
+      info.endpoint = shown_endpoint();
       info.attempts = c->attempts;
       info.http_status = r.transport_code == 0 ? r.status : 0;
       bool retry = false;
@@ -600,10 +727,24 @@ class object_store_tier {
         retry = r.status >= 500 || r.status == 429 || info.code == "SlowDown" || info.code == "RequestTimeout";
       }
       if (const auto* id = r.header("x-amz-request-id"); id != nullptr && info.request_id.empty()) info.request_id = *id;
-      if (retry && c->attempts <= opts_.max_retries) {
-        retries_.fetch_add(1, std::memory_order_relaxed);
-        issue(c, std::chrono::steady_clock::now() + backoff(c->attempts, r));
-        return;
+      if (r.deadline_passed) {
+        info.message = fmt::format("request_deadline {} ran out (it bounds all attempts together): {}",
+                                   detail::format_timeout(opts_.request_deadline), info.message);
+        if (!c->earlier_failure.empty()) info.message += fmt::format("; the attempt before: {}", c->earlier_failure);
+      } else if (retry && c->attempts <= opts_.max_retries) {
+        const auto wait = backoff(c->attempts, r);
+        if (now + wait < c->deadline) {
+          retries_.fetch_add(1, std::memory_order_relaxed);
+          c->earlier_failure = info.http_status != 0 ? fmt::format("HTTP {}{}{}", info.http_status, info.code.empty() ? "" : " ", info.code)
+                                                     : info.message;
+          issue(c, now + wait);
+          return;
+        }
+        info.message += fmt::format("; no time left for another attempt within request_deadline {} ({} gone, the next "
+                                    "would start {} later)",
+                                    detail::format_timeout(opts_.request_deadline),
+                                    detail::format_elapsed(now - (c->deadline - opts_.request_deadline)),
+                                    detail::format_elapsed(wait));
       }
       c->done(std::make_exception_ptr(remote_error(std::move(info))), std::move(r));
     } catch (...) {

@@ -13,7 +13,9 @@
 #if STRATA_HAS_S3
 
 #include <curl/curl.h>
+#include <linux/sockios.h>
 #include <pthread.h>
+#include <sys/ioctl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -53,6 +55,9 @@ struct http_client_options {
   std::chrono::milliseconds connect_timeout{10000};
   /// A transfer that moves under 1 KiB/s for this long is abandoned (a transport error, retried).
   std::chrono::seconds stall_timeout{60};
+  /// A request whose answer has not begun this long after it was sent whole (a body's last byte
+  /// delivered) is abandoned (a transport error, CURLE_OPERATION_TIMEDOUT). 0: no limit.
+  std::chrono::milliseconds first_byte_timeout{0};
   /// GETs into a buffer of at least this many bytes over http:// are received straight into it
   /// (http_direct.hpp), on keep-alive connections beside curl's (at most max_connections more);
   /// UINT64_MAX: every request through curl. Off when the environment names a proxy (curl's).
@@ -62,6 +67,7 @@ struct http_client_options {
 class http_client {
  public:
   using callback = unique_function<void(http_response&&)>;
+  using clock = std::chrono::steady_clock;
 
   explicit http_client(http_client_options o) : opts_(std::move(o)) {
     global_init();
@@ -133,6 +139,10 @@ class http_client {
     std::uint64_t upload_pos = 0;
     http_target target;          // direct receive: where it goes
     bool direct_resent = false;  // sent again after a reused direct connection closed unanswered
+    clock::time_point started{};                   // it went out on a connection ({}: not yet)
+    clock::time_point deadline = clock::time_point::max();  // the one it runs under once it went out
+    clock::time_point sent{};  // sent whole, the answer's first byte awaited ({}: not yet, or curl's path resends)
+    bool first_byte = false;   // a byte of the answer came (curl's path)
     char errbuf[CURL_ERROR_SIZE] = {};
     ~transfer() {
       if (headers != nullptr) ::curl_slist_free_all(headers);
@@ -159,6 +169,7 @@ class http_client {
   static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) noexcept {
     auto* t = static_cast<transfer*>(user);
     const std::size_t len = size * n;
+    t->first_byte = true;
     const std::string_view line(data, len);
     if (line.starts_with("HTTP/")) {
       t->resp.headers.clear();  // an interim response (100 Continue) came first
@@ -208,6 +219,7 @@ class http_client {
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(left, size * n));
     std::memcpy(dst, t->req.body.data() + t->upload_pos, len);
     t->upload_pos += len;
+    if (t->upload_pos == t->req.body.size() && t->sent == clock::time_point{}) t->sent = clock::now();
     return len;
   }
 
@@ -217,7 +229,98 @@ class http_client {
     if (origin != SEEK_SET || offset < 0 || static_cast<std::uint64_t>(offset) > t->req.body.size())
       return CURL_SEEKFUNC_CANTSEEK;
     t->upload_pos = static_cast<std::uint64_t>(offset);
+    t->sent = {};
     return CURL_SEEKFUNC_OK;
+  }
+
+  // The request is about to go out on a connection (a new or a reused one; again when curl
+  // resends it): the deadline clock starts on the first, the first-byte clock on each.
+  static int on_prereq(void* user, char*, char*, int, int) noexcept {
+    auto* t = static_cast<transfer*>(user);
+    const auto now = clock::now();
+    went_out(*t, now);
+    t->first_byte = false;
+    t->sent = t->req.body.empty() ? now : clock::time_point{};
+    return CURL_PREREQFUNC_OK;
+  }
+
+  static void went_out(transfer& t, clock::time_point now) noexcept {
+    if (t.started != clock::time_point{}) return;
+    t.started = now;
+    t.deadline = t.req.deadline;
+    if (t.req.time_limit.count() > 0 && t.req.deadline - now > t.req.time_limit) t.deadline = now + t.req.time_limit;
+  }
+
+  // The deadline a transfer runs under now: its own until it went out, then also its time limit.
+  static clock::time_point until(const transfer& t) noexcept {
+    return t.started != clock::time_point{} ? t.deadline : t.req.deadline;
+  }
+
+  // "host:port" of a request's URL, for messages.
+  static std::string_view endpoint_of(std::string_view url) noexcept {
+    if (const auto sep = url.find("://"); sep != std::string_view::npos) url.remove_prefix(sep + 3);
+    return url.substr(0, url.find_first_of("/?"));
+  }
+
+  static std::string deadline_message(const transfer& t, clock::time_point now, bool answering) {
+    if (t.started == clock::time_point{})
+      return fmt::format("the attempt was cut off before it went out to {}", endpoint_of(t.req.url));
+    return fmt::format("the attempt was cut off {} after it went out to {}, {}", format_elapsed(now - t.started),
+                       endpoint_of(t.req.url), answering ? "while its answer came" : "with no answer yet");
+  }
+
+  static void cut_off(std::unique_ptr<transfer> t, clock::time_point now, bool answering) noexcept {
+    t->resp.deadline_passed = true;
+    std::string why;
+    try {
+      why = deadline_message(*t, now, answering);
+    } catch (...) {  // out of memory for the message: the flag says what happened
+    }
+    fail(std::move(t), CURLE_OPERATION_TIMEDOUT, std::move(why));
+  }
+
+  // Bytes of a request curl gave its socket that the peer has not yet acknowledged (0 when unknown).
+  static int unacknowledged(const transfer& t) noexcept {
+    curl_socket_t s = CURL_SOCKET_BAD;
+    if (::curl_easy_getinfo(t.easy, CURLINFO_ACTIVESOCKET, &s) != CURLE_OK || s == CURL_SOCKET_BAD) return 0;
+    int n = 0;
+    return ::ioctl(s, SIOCOUTQ, &n) == 0 ? n : 0;
+  }
+
+  // Ends curl's transfers past their deadline, or whose answer has not begun first_byte_timeout
+  // after they were sent whole.
+  void expire_curl(clock::time_point now, std::map<CURL*, std::unique_ptr<transfer>>& running) noexcept {
+    const auto fbt = opts_.first_byte_timeout;
+    for (auto it = running.begin(); it != running.end();) {
+      transfer& t = *it->second;
+      bool late = now >= until(t);
+      std::string why;
+      if (!late && fbt.count() > 0 && t.sent != clock::time_point{} && !t.first_byte && now - t.sent >= fbt) {
+        if (!t.req.body.empty() && unacknowledged(t) > 0) {
+          t.sent = now;  // the body is still on its way (the peer is taking it): not the answer's wait yet
+        } else {
+          try {
+            why = fmt::format("no answer from {} within {} of sending the request (first_byte_timeout)",
+                              endpoint_of(t.req.url), format_timeout(fbt));
+          } catch (...) {
+            why = "no answer within first_byte_timeout of sending the request";
+          }
+        }
+      }
+      if (!late && why.empty()) {
+        ++it;
+        continue;
+      }
+      auto done = std::move(it->second);
+      it = running.erase(it);
+      ::curl_multi_remove_handle(multi_, done->easy);
+      if (late) {
+        const bool answering = done->first_byte;
+        cut_off(std::move(done), now, answering);
+      } else {
+        fail(std::move(done), CURLE_OPERATION_TIMEDOUT, std::move(why));
+      }
+    }
   }
 
   void prepare(transfer& t) const {
@@ -233,6 +336,8 @@ class http_client {
     set(e, CURLOPT_HEADERDATA, static_cast<void*>(&t), "CURLOPT_HEADERDATA");
     set(e, CURLOPT_WRITEFUNCTION, &on_body, "CURLOPT_WRITEFUNCTION");
     set(e, CURLOPT_WRITEDATA, static_cast<void*>(&t), "CURLOPT_WRITEDATA");
+    set(e, CURLOPT_PREREQFUNCTION, &on_prereq, "CURLOPT_PREREQFUNCTION");
+    set(e, CURLOPT_PREREQDATA, static_cast<void*>(&t), "CURLOPT_PREREQDATA");
     set(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opts_.connect_timeout.count()), "CURLOPT_CONNECTTIMEOUT_MS");
     set(e, CURLOPT_LOW_SPEED_LIMIT, 1024L, "CURLOPT_LOW_SPEED_LIMIT");
     set(e, CURLOPT_LOW_SPEED_TIME, static_cast<long>(opts_.stall_timeout.count()), "CURLOPT_LOW_SPEED_TIME");
@@ -282,6 +387,7 @@ class http_client {
 
   // Runs the callback; a callback must not throw, but if one does the I/O thread survives it.
   static void finish(std::unique_ptr<transfer> t) noexcept {
+    if (t->started != clock::time_point{}) t->resp.deadline = t->deadline;
     try {
       t->done(std::move(t->resp));
     } catch (const std::exception& e) {
@@ -292,6 +398,7 @@ class http_client {
   }
 
   void start(std::unique_ptr<transfer> t, std::map<CURL*, std::unique_ptr<transfer>>& running) noexcept {
+    if (const auto now = clock::now(); now >= until(*t)) return cut_off(std::move(t), now, false);
     if (direct_on_ && t->req.method == "GET" && t->req.receive.size() >= opts_.direct_receive_min &&
         split_http_url(t->req.url, t->target)) {
       try {
@@ -397,6 +504,7 @@ class http_client {
           slot = &direct_.emplace_back(direct_slot{std::move(conn), nullptr});
         }
         slot->conn->begin(request_head(*t), t->req.receive, t->resp, now);
+        went_out(*t, now);
       } catch (const std::exception&) {
         // No connection (a name that does not resolve, a refused connect) or a request this path
         // cannot write: curl tries it its own way (every address, proxies) and reports its error.
@@ -418,15 +526,30 @@ class http_client {
   // sent once more on a fresh one, as curl does; an answer this path does not take goes to curl.
   void pump_direct(std::map<CURL*, std::unique_ptr<transfer>>& running) noexcept {
     const auto now = std::chrono::steady_clock::now();
+    for (auto it = direct_queue_.begin(); it != direct_queue_.end();) {  // queued past their deadline
+      if (now < until(**it)) {
+        ++it;
+        continue;
+      }
+      auto t = std::move(*it);
+      it = direct_queue_.erase(it);
+      cut_off(std::move(t), now, false);
+    }
     dispatch_direct(now, running);
     bool freed = false;
     for (auto& d : direct_) {
       if (!d.t) continue;
       auto p = direct_connection::progress::failed;
+      bool late = false;
       try {
         p = d.conn->advance(now);
-        if (p == direct_connection::progress::working)
-          p = d.conn->check_time(now, opts_.connect_timeout, opts_.stall_timeout);
+        late = p == direct_connection::progress::working && now >= until(*d.t);
+        if (late) {
+          d.conn->close();
+          p = direct_connection::progress::failed;
+        } else if (p == direct_connection::progress::working) {
+          p = d.conn->check_time(now, opts_.connect_timeout, opts_.stall_timeout, opts_.first_byte_timeout);
+        }
       } catch (const std::exception& e) {  // out of memory for a header or an error body
         d.t->resp.transport_code = CURLE_OUT_OF_MEMORY;
         d.t->resp.transport_error = e.what();
@@ -436,12 +559,17 @@ class http_client {
       if (p == direct_connection::progress::failed && d.conn->connect_failed())
         p = direct_connection::progress::unsupported;  // never connected: curl tries its own way
       if (p == direct_connection::progress::working) continue;
-      const bool resend = p == direct_connection::progress::failed && d.conn->served() > 0 && !d.conn->answered() &&
+      // (Not one that timed out: a server that does not answer would not answer it again.)
+      const bool resend = p == direct_connection::progress::failed && !late && d.conn->served() > 0 &&
+                          !d.conn->answered() && d.t->resp.transport_code != CURLE_OPERATION_TIMEDOUT &&
                           !d.t->direct_resent;
+      const bool answering = d.conn->answered();
       d.conn->release();
       auto t = std::move(d.t);
       freed = true;
-      if (p == direct_connection::progress::done) {
+      if (late) {
+        cut_off(std::move(t), now, answering);
+      } else if (p == direct_connection::progress::done) {
         unsupported_ = 0;
         finish(std::move(t));
       } else if (p == direct_connection::progress::failed && !resend) {
@@ -492,6 +620,7 @@ class http_client {
     std::map<CURL*, std::unique_ptr<transfer>> running;
     std::multimap<std::chrono::steady_clock::time_point, std::unique_ptr<transfer>> waiting;
     std::vector<curl_waitfd> fds;
+    std::chrono::steady_clock::time_point last_check{};
     for (;;) {
       std::deque<std::unique_ptr<transfer>> fresh;
       bool stop = false;
@@ -539,7 +668,15 @@ class http_client {
         }
         finish(std::move(t));
       }
-      int timeout_ms = 1000;
+      // Timers: curl's transfers checked here, the direct ones in pump_direct; while any request
+      // is out, the loop wakes often enough to end one on time.
+      if (const auto checked = std::chrono::steady_clock::now(); checked - last_check >= std::chrono::milliseconds(20)) {
+        expire_curl(checked, running);
+        last_check = checked;
+      }
+      int timeout_ms = running.empty() && std::none_of(direct_.begin(), direct_.end(), [](const direct_slot& d) {
+        return d.t != nullptr;
+      }) ? 1000 : 100;
       if (!waiting.empty()) {
         const auto due = waiting.begin()->first - std::chrono::steady_clock::now();
         timeout_ms = static_cast<int>(std::clamp<std::int64_t>(

@@ -186,6 +186,7 @@ class direct_connection {
             if (n < 0) return transport_failure(55 /*CURLE_SEND_ERROR*/, "send", errno);
             out_pos_ += static_cast<std::size_t>(n);
           }
+          sent_ = now;
           phase_ = phase::head;
           break;
         }
@@ -241,13 +242,17 @@ class direct_connection {
   }
 
   /// A transport failure when the connect or the transfer outlived its limits: connecting longer
-  /// than `connect_timeout`, or under 1 KiB/s for `stall` (curl's LOW_SPEED limits).
+  /// than `connect_timeout`, no byte of the answer `first_byte` after the request was sent (0: no
+  /// limit), or under 1 KiB/s for `stall` (curl's LOW_SPEED limits).
   progress check_time(std::chrono::steady_clock::time_point now, std::chrono::milliseconds connect_timeout,
-                      std::chrono::seconds stall) {
+                      std::chrono::seconds stall, std::chrono::milliseconds first_byte) {
     if (resp_ == nullptr) return progress::working;
     if (phase_ == phase::connecting && now - started_ > connect_timeout)
       return transport_failure(28 /*CURLE_OPERATION_TIMEDOUT*/,
                                fmt::format("connect to {} timed out after {} ms", endpoint_, connect_timeout.count()));
+    if (phase_ == phase::head && !answered_ && first_byte.count() > 0 && now - sent_ >= first_byte)
+      return transport_failure(28, fmt::format("no answer from {} within {} of sending the request (first_byte_timeout)",
+                                               endpoint_, format_timeout(first_byte)));
     if (now - window_start_ >= stall) {
       if (window_bytes_ < 1024 * static_cast<std::uint64_t>(stall.count()))
         return transport_failure(28, fmt::format("under 1 KiB/s from {} for {} s", endpoint_, stall.count()));
@@ -386,7 +391,7 @@ class direct_connection {
   bool connect_failed_ = false;
   bool drop_body_ = false;  // an error answer without a Content-Length: its body is not read
   progress failure_ = progress::failed;
-  std::chrono::steady_clock::time_point started_{}, window_start_{};
+  std::chrono::steady_clock::time_point started_{}, window_start_{}, sent_{};
   std::uint64_t window_bytes_ = 0;
 };
 
