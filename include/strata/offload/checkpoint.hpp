@@ -243,8 +243,7 @@ class checkpoint_files {
         adopted_.insert(m.data_file);
       }
     } catch (const error&) {  // not a strata manifest, or its data does not prove itself: left alone
-      if (!adopted_.contains("manifest"))
-        foreign_ = "a file that no journal of strata's names and that is not a strata checkpoint manifest";
+      if (!adopted_.contains("manifest")) foreign_ = "a file that is not a strata checkpoint manifest";
     }
   }
 
