@@ -600,6 +600,16 @@ NB_MODULE(_core, m) {
       },
       "url"_a, "Removes the checkpoint at s3://bucket/prefix (its parts, manifest and pointer; nothing else).");
 
+  m.def(
+      "remove_checkpoint",
+      [](const std::string& dir) {
+        nb::gil_scoped_release unlocked;
+        return strata::remove_checkpoint(std::filesystem::path(dir));
+      },
+      "directory"_a,
+      "Removes the checkpoint in a directory: the files strata's journal there names (a checkpoint without one, "
+      "from an earlier release, only when its data matches its manifest); nothing else, not the directory.");
+
   m.attr("has_s3") = bool(STRATA_HAS_S3);
 
   m.def(

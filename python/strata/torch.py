@@ -35,6 +35,7 @@ import contextlib
 import numbers
 import os
 import threading
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any, Iterable, List, Optional
@@ -1122,25 +1123,33 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
     def _save_checkpoint(self, name: str) -> str:
         """Writes each segment's part of this rank into checkpoint_dir/<name>/<prefix>, a part no
-        other optimizer or rank writes."""
+        other optimizer or rank writes. A save that fails leaves the checkpoint directory as it
+        was: the parts it wrote, the directories it created and its journal line go again."""
         if self._checkpoint_dir is None:
             raise ConfigError("strata.torch: state_dict() writes a strata checkpoint, and the first path is not a "
                               "directory: pass checkpoint_dir=")
         root = self._checkpoint_dir
         journal = self._journal_name()
-        if not root.s3:
-            root.path().mkdir(parents=True, exist_ok=True)
-            _retention.record(root.path(), journal, name)
+        made: List[Path] = []  # directories this save created, parents first
+        recorded = False
+        new_name = name not in [x[0] for x in self._store_saves]
         targets = []
-        for seg in self._segments:
-            if seg.core is None:
-                continue
-            seg.prepare()
-            target = root / name / seg.prefix
-            if not target.s3:
-                target.path().parent.mkdir(parents=True, exist_ok=True)
-            seg.core.save(str(target), seg.weights_for_core())
-            targets.append(target)
+        try:
+            if not root.s3:
+                made += _retention.make_dirs(root.path())
+                recorded = _retention.record(root.path(), journal, name)
+            for seg in self._segments:
+                if seg.core is None:
+                    continue
+                seg.prepare()
+                target = root / name / seg.prefix
+                if not target.s3:
+                    made += _retention.make_dirs(target.path().parent)
+                seg.core.save(str(target), seg.weights_for_core())
+                targets.append(target)
+        except BaseException:
+            self._undo_save(root, journal, name, targets, made, recorded, new_name)
+            raise
         if self._keep and not root.s3:
             _retention.prune(root.path(), journal, self._keep, self._own_part)
         elif self._keep:
@@ -1151,6 +1160,25 @@ class OffloadedAdamW(torch.optim.Optimizer):
                     _core.remove_store_checkpoint(str(t))
             self._store_saves = self._store_saves[-self._keep:]
         return name
+
+    def _undo_save(self, root: "_Where", journal: str, name: str, targets: list, made: List[Path], recorded: bool,
+                   new_name: bool) -> None:
+        """Takes back what a failed save of checkpoint `name` wrote (best effort: the save's own
+        error is the one raised). Parts are removed only from a checkpoint this save began; a
+        part it replaced in an older one of that name is that checkpoint's now."""
+        try:
+            if root.s3:
+                if new_name:
+                    for t in targets:
+                        _core.remove_store_checkpoint(str(t))
+                return
+            if recorded:
+                for t in targets:
+                    _retention.remove_part(t.path())
+                _retention.unrecord(root.path(), journal, name)
+            _retention.remove_made_dirs(made)
+        except Exception as e:  # noqa: BLE001
+            warnings.warn(f"strata.torch: a failed save of {root / name} could not take back all it wrote: {e}")
 
     def _journal_name(self) -> str:
         g = self._group

@@ -227,12 +227,13 @@ TEST_CASE("100 SIGKILLs at random points of a checksummed two-path job: each res
   }
   require_same_state(opt, ref);
   // What the kills left was reclaimed: the paths hold the job's objects and journal, the
-  // checkpoint its manifest and one data file; no probe, lock or temporary file.
+  // checkpoint its manifest, one data file and its journal; no probe, lock or temporary file.
   for (const auto* d : {"nvme", "pfs", "ckpt"})
     for (const auto& e : fs::directory_iterator(work.path() / d)) {
       const auto name = e.path().filename().string();
       CAPTURE(name);
-      CHECK((name.starts_with("strata.sg-") || name == ".strata-objects" || name == "manifest" ||
+      CHECK((name.starts_with("strata.sg-") || name == ".strata-objects" || name == ".strata-objects.checkpoint" ||
+             name == "manifest" ||
              (name.starts_with("state-") && name.ends_with(".bin"))));
     }
 }

@@ -49,6 +49,11 @@ std::string read_file(const fs::path& p) {
   std::ifstream in(p);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
+std::set<std::string> listing(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
 
 }  // namespace
 
@@ -116,19 +121,150 @@ TEST_CASE("save() removes only data files its own manifests named, never a user'
   opt.step(std::span<const strata::bf16>(g), 1e-3);
   // A save killed after it created its data file: named in the journal, so the next save may go.
   write_file(ck / "state-1-00000000deadbeef.bin", "left by a killed save");
-  write_file(ck / std::string(strata::detail::checkpoint_journal), "state-1-00000000deadbeef.bin\n../escape\n");
+  std::ofstream(strata::detail::checkpoint_journal_path(ck), std::ios::app)
+      << "+ state-1-00000000deadbeef.bin\n+ ../escape\n";
   opt.save(ck);
   const auto second = strata::read_checkpoint_manifest(ck).data_file;
   CHECK(second != first);
   CHECK_FALSE(fs::exists(ck / first));                          // replaced by the new checkpoint
   CHECK_FALSE(fs::exists(ck / "state-1-00000000deadbeef.bin"));  // the killed save's leftover
-  CHECK_FALSE(fs::exists(ck / std::string(strata::detail::checkpoint_journal)));
+  CHECK(listing(ck) == std::set<std::string>{".strata-objects.checkpoint", "manifest", second, "state-of-the-art.txt",
+                                             "state-7-0123456789abcdef.bin"});
   CHECK(fs::exists(ck / second));
   CHECK(read_file(ck / "state-of-the-art.txt") == "mine");
   CHECK(fs::exists(ck / "state-7-0123456789abcdef.bin"));
   strata::host_tier tier2(strata::host_tier_options{.name = "t2"});
   auto back = host_opt::load(ck, tier2, small_options());
   CHECK(back.step_count() == 1);
+}
+
+TEST_CASE("a user's manifest where a save goes is refused by name and left as it was") {
+  temp_dir dir(fs::temp_directory_path(), "ckpt-user-manifest");
+  const auto ck = dir.path() / "ckpt";
+  fs::create_directories(ck);
+  write_file(ck / "manifest", "my shopping list\n");
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  host_opt opt(tier, random_params(n, 5), {}, small_options());
+  CHECK_THROWS_WITH_AS(opt.save(ck), doctest::Contains((ck / "manifest").c_str()), strata::foreign_file_error);
+  CHECK(read_file(ck / "manifest") == "my shopping list\n");
+  CHECK(listing(ck) == std::set<std::string>{"manifest"});  // the refused save left nothing
+  // Loading it is refused too (it is no checkpoint), and it is still the user's afterwards.
+  strata::host_tier tier2(strata::host_tier_options{.name = "t2"});
+  CHECK_THROWS_AS((void)host_opt::load(ck, tier2, small_options()), strata::integrity_error);
+  CHECK_FALSE(strata::remove_checkpoint(ck));
+  CHECK(listing(ck) == std::set<std::string>{"manifest"});
+}
+
+TEST_CASE("a user's manifest.pending naming a user's file: saves leave both as they were") {
+  temp_dir dir(fs::temp_directory_path(), "ckpt-user-pending");
+  const auto ck = dir.path() / "ckpt";
+  fs::create_directories(ck);
+  write_file(ck / "manifest.pending", "state-1-00000000deadbeef.bin\n");
+  write_file(ck / "state-1-00000000deadbeef.bin", "my data, named like strata's");
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  host_opt opt(tier, random_params(n, 5), {}, small_options());
+  const auto g = random_grads<strata::bf16>(n, 6);
+  for (int save = 0; save < 3; ++save) {
+    opt.save(ck);
+    opt.step(std::span<const strata::bf16>(g), 1e-3);
+  }
+  CHECK(read_file(ck / "manifest.pending") == "state-1-00000000deadbeef.bin\n");
+  CHECK(read_file(ck / "state-1-00000000deadbeef.bin") == "my data, named like strata's");
+  CHECK(listing(ck).size() == 5);  // theirs, the journal, the manifest and one data file
+  CHECK(strata::remove_checkpoint(ck));
+  CHECK(listing(ck) == std::set<std::string>{"manifest.pending", "state-1-00000000deadbeef.bin"});
+}
+
+TEST_CASE("a checkpoint directory that is a symlink to a user's folder: the user's files there stay") {
+  temp_dir dir(fs::temp_directory_path(), "ckpt-link");
+  const auto folder = dir.path() / "my-folder";
+  const auto link = dir.path() / "ckpt";
+  fs::create_directories(folder);
+  fs::create_directory_symlink(folder, link);
+  write_file(folder / "notes.txt", "notes");
+  write_file(folder / "manifest", "my manifest");
+  write_file(folder / "manifest.pending", "state-2-00000000cafef00d.bin\n");
+  write_file(folder / "state-2-00000000cafef00d.bin", "my data");
+  const auto theirs = listing(folder);
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  host_opt opt(tier, random_params(n, 5), {}, small_options());
+  CHECK_THROWS_WITH_AS(opt.save(link), doctest::Contains((link / "manifest").c_str()), strata::foreign_file_error);
+  CHECK(listing(folder) == theirs);
+  CHECK(read_file(folder / "manifest") == "my manifest");
+  // With their manifest moved aside the folder takes checkpoints, and their files stay.
+  fs::rename(folder / "manifest", folder / "manifest.mine");
+  const auto g = random_grads<strata::bf16>(n, 6);
+  opt.save(link);
+  opt.step(std::span<const strata::bf16>(g), 1e-3);
+  opt.save(link);
+  CHECK(fs::is_symlink(link));
+  CHECK(read_file(folder / "notes.txt") == "notes");
+  CHECK(read_file(folder / "manifest.mine") == "my manifest");
+  CHECK(read_file(folder / "manifest.pending") == "state-2-00000000cafef00d.bin\n");
+  CHECK(read_file(folder / "state-2-00000000cafef00d.bin") == "my data");
+  strata::host_tier tier2(strata::host_tier_options{.name = "t2"});
+  CHECK(host_opt::load(link, tier2, small_options()).step_count() == 1);
+}
+
+TEST_CASE("a checkpoint without a journal (an earlier release's) loads; it is replaced and pruned as far as it "
+          "proves itself strata's") {
+  temp_dir dir(fs::temp_directory_path(), "ckpt-legacy");
+  strata::host_tier tier(strata::host_tier_options{.name = "t"});
+  host_opt opt(tier, random_params(n, 5), {}, small_options());
+  const auto g = random_grads<strata::bf16>(n, 6);
+  opt.step(std::span<const strata::bf16>(g), 1e-3);
+  // What an earlier release left: a manifest and its data file, no journal (and, from a save it
+  // was killed in, a manifest.pending naming a data file, which no manifest proves strata's).
+  const auto legacy = [&](const fs::path& ck) {
+    opt.save(ck);
+    fs::remove(strata::detail::checkpoint_journal_path(ck));
+    write_file(ck / "manifest.pending", "state-1-0000000000000001.bin\n");
+    write_file(ck / "state-1-0000000000000001.bin", "unproven");
+    return strata::read_checkpoint_manifest(ck).data_file;
+  };
+  SUBCASE("it loads, and a save replaces it") {
+    const auto ck = dir.path() / "a";
+    const auto old_data = legacy(ck);
+    strata::host_tier tier2(strata::host_tier_options{.name = "t2"});
+    CHECK(host_opt::load(ck, tier2, small_options()).step_count() == 1);
+    opt.step(std::span<const strata::bf16>(g), 1e-3);
+    opt.save(ck);
+    const auto data = strata::read_checkpoint_manifest(ck).data_file;
+    CHECK(strata::read_checkpoint_manifest(ck).step == 2);
+    CHECK(listing(ck) == std::set<std::string>{".strata-objects.checkpoint", "manifest", data, "manifest.pending",
+                                               "state-1-0000000000000001.bin"});
+    CHECK(old_data != data);
+  }
+  SUBCASE("retention removes it") {
+    const auto ck = dir.path() / "b";
+    (void)legacy(ck);
+    CHECK(strata::remove_checkpoint(ck));
+    CHECK(listing(ck) == std::set<std::string>{"manifest.pending", "state-1-0000000000000001.bin"});
+  }
+  SUBCASE("a damaged data file is not proven strata's: only the manifest goes") {
+    const auto ck = dir.path() / "c";
+    const auto data = legacy(ck);
+    {
+      std::fstream f(ck / data, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(100);
+      f.put('\x7f');
+    }
+    CHECK(strata::remove_checkpoint(ck));
+    CHECK(listing(ck) == std::set<std::string>{"manifest.pending", "state-1-0000000000000001.bin", data});
+  }
+}
+
+TEST_CASE("a failed save removes the directories it created and leaves the ones that were there") {
+  temp_dir dir(fs::temp_directory_path(), "ckpt-failed");
+  strata::checkpoint_manifest m;
+  m.step = 3;
+  const auto failing = [](auto&&) { throw strata::io_error("pwrite", "somewhere", 0, EIO); };
+  CHECK_THROWS_AS(strata::write_checkpoint(dir.path() / "run" / "step-3", m, 1, failing), strata::io_error);
+  CHECK(listing(dir.path()).empty());
+  fs::create_directories(dir.path() / "run");
+  CHECK_THROWS_AS(strata::write_checkpoint(dir.path() / "run" / "step-3", m, 1, failing), strata::io_error);
+  CHECK(listing(dir.path()) == std::set<std::string>{"run"});
+  CHECK(listing(dir.path() / "run").empty());
 }
 
 TEST_CASE("verify_checkpoint reads a whole checkpoint back and names the first damaged subgroup") {
@@ -496,12 +632,6 @@ int on_small_tmpfs(const fs::path& dir, std::uint64_t bytes, Body&& body) {
   REQUIRE_FALSE(end.hung);
   REQUIRE(end.signal == 0);
   return end.code;
-}
-
-std::set<std::string> listing(const fs::path& dir) {
-  std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
-  return names;
 }
 
 }  // namespace
