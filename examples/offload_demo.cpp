@@ -232,8 +232,8 @@ int run(int argc, char** argv) {
       dirs.remove_empty();
     }
   } guard{keep, dirs, opt};
-  for (const auto& p : cfg.paths)
-    if (!p.directory.empty()) dirs.create(p.directory);
+  // (A missing path directory is made by its file_tier, which records it before writing in it
+  // and removes it, when empty, at the end of this run or of the next one after a kill.)
 
   // The independent bound: each directory measured alone through a file_tier of its own, before
   // the optimizer writes anything (an object store or host path leaves it out).
