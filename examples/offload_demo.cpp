@@ -52,9 +52,10 @@ constexpr const char* usage =
     "  --steps N         steps; default 3\n"
     "  --threads N       kernel threads; default: all CPUs\n"
     "  --keep            keep the state objects and the directories made for them\n"
-    "  --adopt-existing  replace files in the paths that strata did not make (another job's\n"
-    "                    objects), or use an s3:// prefix that holds objects; without it they are\n"
-    "                    refused and left alone\n"
+    "  --adopt-existing  replace files in the paths that strata did not make and that are named as\n"
+    "                    its objects (another job's strata.sg-<i>; any other file stays refused), or\n"
+    "                    use an s3:// prefix that holds objects; without it they are refused and left\n"
+    "                    alone\n"
     "  --no-integrity    do not checksum the state on the paths (faster, unverified reads)\n"
     "  --help            this text\n";
 

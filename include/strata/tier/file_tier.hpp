@@ -624,9 +624,11 @@ class file_tier {
                                  : std::string("a file");
     throw foreign_file_error(
         fmt::format("tier '{}': will not {} object '{}': {} is {} that strata did not create (no journal of strata's "
-                    "in {} names it); strata never overwrites or removes such a file. Move it away, or let the tier "
-                    "take it as its own (file_tier_options::adopt_existing; offload_demo --adopt-existing)",
-                    opts_.name, what, object, path.string(), kind, opts_.directory.string()),
+                    "in {} names it); strata never overwrites or removes such a file. Move it away{}",
+                    opts_.name, what, object, path.string(), kind, opts_.directory.string(),
+                    adoptable(object) ? ", or let the tier take it as its own (file_tier_options::adopt_existing; "
+                                        "offload_demo --adopt-existing)"
+                                      : ""),
         path);
   }
 
