@@ -52,9 +52,10 @@ constexpr const char* usage =
     "  --steps N         steps; default 3\n"
     "  --threads N       kernel threads; default: all CPUs\n"
     "  --keep            keep the state objects and the directories made for them\n"
-    "  --adopt-existing  replace files in the paths that strata did not make (another job's\n"
-    "                    objects), or use an s3:// prefix that holds objects; without it they are\n"
-    "                    refused and left alone\n"
+    "  --adopt-existing  replace files in the paths that strata did not make and that are named as\n"
+    "                    its objects (another job's strata.sg-<i>; any other file stays refused), or\n"
+    "                    use an s3:// prefix that holds objects; without it they are refused and left\n"
+    "                    alone\n"
     "  --no-integrity    do not checksum the state on the paths (faster, unverified reads)\n"
     "  --help            this text\n";
 
@@ -233,8 +234,8 @@ int run(int argc, char** argv) {
       dirs.remove_empty();
     }
   } guard{keep, dirs, opt};
-  for (const auto& p : cfg.paths)
-    if (!p.directory.empty()) dirs.create(p.directory);
+  // (A missing path directory is made by its file_tier, which records it before writing in it
+  // and removes it, when empty, at the end of this run or of the next one after a kill.)
 
   // The independent bound: each directory measured alone through a file_tier of its own, before
   // the optimizer writes anything (an object store or host path leaves it out).

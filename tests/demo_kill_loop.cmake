@@ -1,7 +1,8 @@
 # A crash never leaves a path that stops the next run, and nothing of a user's is touched:
 # offload_demo is SIGKILLed KILLS times at random points (start-up, initial write, steps) on a
 # directory that also holds a user's file, with no cleanup between runs; a last run must then
-# finish, and leave the user's file as it was and nothing of strata's behind.
+# finish, and leave the user's file as it was and nothing of strata's behind: the parent directory
+# holds what it held before the first run (no directory or file the demo made).
 #   cmake -DDEMO=<offload_demo> -DDIR=<scratch dir> -DKILLS=<n> -P demo_kill_loop.cmake
 file(REMOVE_RECURSE "${DIR}")
 file(MAKE_DIRECTORY "${DIR}/a" "${DIR}/b")
@@ -32,6 +33,11 @@ file(GLOB left_a LIST_DIRECTORIES true "${DIR}/a/*" "${DIR}/a/.*")
 file(GLOB left_b LIST_DIRECTORIES true "${DIR}/b/*" "${DIR}/b/.*")
 if(NOT left_a STREQUAL "${DIR}/a/notes.txt" OR left_b)
   message(FATAL_ERROR "expected only the user's notes.txt, found: ${left_a} ${left_b}")
+endif()
+file(GLOB top LIST_DIRECTORIES true RELATIVE "${DIR}" "${DIR}/*" "${DIR}/.*")
+list(SORT top)
+if(NOT top STREQUAL "a;b")
+  message(FATAL_ERROR "expected only a and b in ${DIR}, as before the first run, found: ${top}")
 endif()
 file(READ "${DIR}/a/notes.txt" notes)
 if(NOT notes STREQUAL "mine")

@@ -99,7 +99,8 @@ TEST_CASE("the journal goes with the last object: nothing of the tier is left in
   CHECK(fs::is_empty(dir.path()));
 }
 
-TEST_CASE("a file no journal names is someone else's: readable, never written or removed, unless adopted") {
+TEST_CASE("a file no journal names is someone else's: readable, never written or removed, unless adopted (named as "
+          "the tier's objects are)") {
   temp_dir dir;
   write_text(dir / "strata.sg-3", "another job's state");
   write_text(dir / "notes.txt", "mine");
@@ -126,13 +127,13 @@ TEST_CASE("a file no journal names is someone else's: readable, never written or
   adopt.adopt_existing = true;
   {
     strata::file_tier t(adopt);
-    CHECK(t.used() == 19 + 4);
+    CHECK(t.used() == 19);  // notes.txt is no object's name: never adopted
     t.write("strata.sg-3", 0, data).get();
-    CHECK(t.remove("strata.sg-3"));
+    CHECK_THROWS_AS(t.remove("notes.txt"), strata::foreign_file_error);
   }
-  CHECK_FALSE(fs::exists(dir / "strata.sg-3"));
   strata::file_tier later(opts(dir.path()));  // adopted files are recorded like the tier's own
-  CHECK(later.remove("notes.txt"));
+  CHECK(later.remove("strata.sg-3"));
+  CHECK(read_text(dir / "notes.txt") == "mine");
 }
 
 TEST_CASE("a file that appears under a new object's name after the tier opened stays its maker's") {
@@ -225,15 +226,17 @@ TEST_CASE("the directory itself is locked: deleting the lock file admits no seco
   CHECK(WEXITSTATUS(status) == 0);
 }
 
-TEST_CASE("a journal with damage names nothing: the files it held are left alone, not taken") {
+TEST_CASE("a journal without strata's header is not strata's: the tier is refused by its name, and it and the files "
+          "it names are left alone") {
   temp_dir dir;
   {
     strata::file_tier t(opts(dir.path()));
     t.write("a", 0, data).get();
   }
   write_text(dir / ".strata-objects", "garbage\n+ a\n");
-  strata::file_tier t(opts(dir.path()));
-  CHECK_THROWS_AS(t.write("a", 0, data).get(), strata::foreign_file_error);
+  CHECK_THROWS_WITH_AS(strata::file_tier(opts(dir.path())), doctest::Contains(".strata-objects"),
+                       strata::foreign_file_error);
+  CHECK(read_text(dir / ".strata-objects") == "garbage\n+ a\n");
   CHECK(fs::file_size(dir / "a") == data.size());
 }
 

@@ -16,6 +16,14 @@
 /// while a second owner of the same scope is refused as above. Its lock is the holder file
 /// ".strata-lock.<scope>" (flock'ed, re-checked after locking as below), never the directory.
 ///
+/// The holder file is strata's only when it starts with `header` ("strata-lock 1"; the release
+/// before wrote the same lines without it, and those are recognised too). It is created whole
+/// (written unnamed, then linked in: core/fs.hpp create_file_whole) and rewritten in place, so a
+/// killed holder's file always shows the header. Any other file at that name, an empty one
+/// included (an earlier release killed as it started could leave one, but so can a user),
+/// is someone else's: the lock is refused with a foreign_file_error naming it, and it is never
+/// written, truncated or removed.
+///
 /// File systems that cannot flock a directory (NFS turns flock into fcntl locks, which need a
 /// descriptor open for writing) lock the holder file instead, re-checked after locking so that
 /// two owners never both hold it. Where no flock works at all (Lustre without -o flock), the
@@ -42,6 +50,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -99,6 +108,8 @@ class directory_lock {
  public:
   /// Name of the holder file inside the directory (hidden: never a tier object's name).
   static constexpr std::string_view file_name = ".strata-lock";
+  /// The first line of every holder file strata writes.
+  static constexpr std::string_view header = "strata-lock 1\n";
 
   directory_lock() = default;
   /// Locks `dir` (which must exist) for `owner` (a name shown to contenders); with a `scope`
@@ -117,14 +128,7 @@ class directory_lock {
     do rc = ::flock(dir_fd_.get(), LOCK_EX | LOCK_NB);
     while (rc != 0 && errno == EINTR);
     if (rc == 0) {
-      // The holder file only informs contenders: a full disk costs them the holder's name, never
-      // the lock, and leaves no empty file behind.
-      unique_fd fd = open_own_file(path_, O_RDWR | O_CREAT, 0644);
-      try {
-        write_holder_file(std::move(fd));
-      } catch (const capacity_error&) {
-        ::unlink(path_.c_str());
-      }
+      name_holder_of_locked_directory();
       return;
     }
     const int err = errno;
@@ -175,24 +179,142 @@ class directory_lock {
 
   // What the holder file says (empty when missing, unreadable or not one of ours).
   [[nodiscard]] holder_info read_holder() const {
-    holder_info h;
     try {
       const auto fd = open_own_file(path_, O_RDONLY);
-      char buf[1024] = {};
-      const ssize_t n = ::pread(fd.get(), buf, sizeof buf - 1, 0);
-      if (n <= 0) return h;
-      std::istringstream in(std::string(buf, static_cast<std::size_t>(n)));
-      std::string pid, start;
-      std::getline(in, pid);
-      std::getline(in, h.owner);
-      std::getline(in, h.host);
-      std::getline(in, h.boot);
-      std::getline(in, start);
-      h.pid = std::strtol(pid.c_str(), nullptr, 10);
-      h.start = std::strtoull(start.c_str(), nullptr, 10);
+      return parse_holder(read_text(fd.get()));
     } catch (const error&) {  // no holder file (deleted under its holder, or none yet): unknown
     }
+    return {};
+  }
+
+  // The start of the file open at `fd` (a holder file is a few short lines).
+  [[nodiscard]] std::string read_text(int fd) const {
+    char buf[1024];
+    for (;;) {
+      const ssize_t n = ::pread(fd, buf, sizeof buf, 0);
+      if (n >= 0) return std::string(buf, static_cast<std::size_t>(n));
+      if (errno != EINTR) throw io_error("pread", path_, 0, errno);
+    }
+  }
+
+  // The lines of a holder file of strata's: `header` and then pid, owner, host, boot id, start
+  // time; the release before wrote the same lines without the header.
+  [[nodiscard]] static std::optional<std::vector<std::string>> holder_lines(std::string_view text) {
+    const bool headed = text.starts_with(header);
+    if (headed) text.remove_prefix(header.size());
+    std::vector<std::string> lines;
+    while (!text.empty()) {
+      const auto nl = text.find('\n');
+      if (nl == std::string_view::npos) return std::nullopt;
+      lines.emplace_back(text.substr(0, nl));
+      text.remove_prefix(nl + 1);
+    }
+    const auto digits = [](const std::string& l) {
+      return !l.empty() && l.find_first_not_of("0123456789") == std::string::npos;
+    };
+    if (headed) {
+      if (lines.size() < 5) lines.resize(5);  // (never short as written; tolerated when read)
+      return lines;
+    }
+    // Without the header only the exact shape the release before wrote is taken as strata's.
+    const bool legacy = lines.size() == 5 && digits(lines[0]) && !lines[1].empty() && digits(lines[4]) &&
+                        lines[3].size() <= 36 && lines[3].find_first_not_of("0123456789abcdef-") == std::string::npos;
+    if (!legacy) return std::nullopt;
+    return lines;
+  }
+
+  [[nodiscard]] static holder_info parse_holder(std::string_view text) {
+    holder_info h;
+    const auto lines = holder_lines(text);
+    if (!lines) return h;
+    h.pid = std::strtol((*lines)[0].c_str(), nullptr, 10);
+    h.owner = (*lines)[1];
+    h.host = (*lines)[2];
+    h.boot = (*lines)[3];
+    h.start = std::strtoull((*lines)[4].c_str(), nullptr, 10);
     return h;
+  }
+
+  // A holder file that is not strata's (the text read from it): refused by name, left as it is.
+  [[noreturn]] void refuse_foreign(std::string_view text) const {
+    throw foreign_file_error(
+        fmt::format("{} is {}, so not a lock file strata made: strata never writes, truncates or removes a file it did "
+                    "not make, and will not use {} while it is there. Move it away{}",
+                    path_.string(),
+                    text.empty() ? std::string("empty")
+                                 : fmt::format("a file that does not start with '{}'", header.substr(0, header.size() - 1)),
+                    dir_.string(),
+                    text.empty() ? " (an earlier strata release killed as it started could leave an empty one: "
+                                   "remove it if so)"
+                                 : ""),
+        path_);
+  }
+
+  // This holder's lines (with the header: a file of them is always strata's).
+  [[nodiscard]] std::string holder_text() const {
+    return fmt::format("{}{}\n{}\n{}\n{}\n{}\n", header, static_cast<long>(::getpid()), owner_, detail::host_name(),
+                       detail::boot_id(), detail::process_start_ticks(::getpid()).value_or(0));
+  }
+
+  // A new holder file, whole before it has its name, locked first when `lock_it` (unless the
+  // file system has no flock: then `no_flock`, and the name alone, taken exclusively, is the
+  // lock). Empty when the name is taken.
+  [[nodiscard]] unique_fd create_holder(bool lock_it, bool& no_flock) {
+    no_flock = false;
+    return create_file_whole(path_, holder_text(), [&](int fd) {
+      if (!lock_it) return;
+      int rc;
+      do rc = ::flock(fd, LOCK_EX | LOCK_NB);
+      while (rc != 0 && errno == EINTR);
+      if (rc == 0) return;
+      const int err = errno;
+      if (err != ENOLCK && err != EOPNOTSUPP && err != ENOSYS && err != EINVAL) throw io_error("flock", path_, err);
+      no_flock = true;
+    });
+  }
+
+  // The holder file at the name, opened for rewriting: nullopt when there is none.
+  [[nodiscard]] std::optional<unique_fd> open_existing_holder() const {
+    try {
+      return open_own_file(path_, O_RDWR);
+    } catch (const io_error& e) {
+      if (e.error_number() == ENOENT) return std::nullopt;
+      throw;
+    }
+  }
+
+  // Rewrites a holder file of strata's (checked by the caller) as this holder's, in place: the
+  // header stays first throughout, so even a kill midway leaves it recognisably strata's.
+  void take_holder(unique_fd fd) {
+    const std::string text = holder_text();
+    if (::pwrite(fd.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+      detail::throw_write_error("pwrite", path_, 0, errno == 0 ? EIO : errno);
+    if (::ftruncate(fd.get(), static_cast<off_t>(text.size())) != 0) throw io_error("ftruncate", path_, errno);
+    file_fd_ = std::move(fd);
+  }
+
+  // The directory is locked (flock): a holder file at the name is a killed holder's (taken over)
+  // or someone else's (refused). The file only informs contenders: a full disk costs them the
+  // holder's name, never the lock.
+  void name_holder_of_locked_directory() {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      try {
+        bool no_flock = false;
+        if (auto fd = create_holder(false, no_flock)) {
+          file_fd_ = std::move(fd);
+          return;
+        }
+        auto fd = open_existing_holder();
+        if (!fd) continue;  // removed meanwhile
+        const auto text = read_text(fd->get());
+        if (!holder_lines(text)) refuse_foreign(text);
+        take_holder(std::move(*fd));
+        return;
+      } catch (const capacity_error&) {
+        return;
+      }
+    }
+    throw io_error("lock (the holder file keeps changing)", path_, EAGAIN);
   }
 
   [[noreturn]] void refuse(int locked_fd) const {
@@ -215,21 +337,18 @@ class directory_lock {
                      h.pid);
   }
 
-  void write_holder_file(unique_fd fd) {
-    const std::string text = fmt::format("{}\n{}\n{}\n{}\n{}\n", static_cast<long>(::getpid()), owner_,
-                                         detail::host_name(), detail::boot_id(),
-                                         detail::process_start_ticks(::getpid()).value_or(0));
-    if (::ftruncate(fd.get(), 0) != 0) throw io_error("ftruncate", path_, errno);
-    if (::pwrite(fd.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
-      detail::throw_write_error("pwrite", path_, 0, errno == 0 ? EIO : errno);
-    file_fd_ = std::move(fd);
-  }
-
-  // The directory cannot be flocked: lock the holder file, or, without flock, own it by O_EXCL.
+  // The directory cannot be flocked: lock the holder file, or, without flock, own it by its name.
   void lock_holder_file() {
     for (int attempt = 0;; ++attempt) {
       if (attempt > 100) throw io_error("lock (the holder file keeps changing)", path_, EAGAIN);
-      unique_fd fd = open_own_file(path_, O_RDWR | O_CREAT, 0644);
+      bool no_flock = false;
+      if (auto fd = create_holder(true, no_flock)) {  // new, and locked before it had its name
+        file_fd_ = std::move(fd);
+        return;
+      }
+      auto existing = open_existing_holder();
+      if (!existing) continue;  // removed meanwhile
+      unique_fd fd = std::move(*existing);
       int rc;
       do rc = ::flock(fd.get(), LOCK_EX | LOCK_NB);
       while (rc != 0 && errno == EINTR);
@@ -241,11 +360,13 @@ class directory_lock {
         exclusive_holder_file();
         return;
       }
+      const auto text = read_text(fd.get());
+      if (!holder_lines(text)) refuse_foreign(text);
       // Keep it only if the path still names this file (the last holder may have removed it).
       struct stat held {}, named {};
       if (::fstat(fd.get(), &held) != 0) throw io_error("fstat", path_, errno);
       if (::lstat(path_.c_str(), &named) == 0 && named.st_ino == held.st_ino && named.st_dev == held.st_dev) {
-        write_holder_file(std::move(fd));
+        take_holder(std::move(fd));
         return;
       }
     }
@@ -253,14 +374,20 @@ class directory_lock {
 
   void exclusive_holder_file() {
     for (int attempt = 0; attempt < 3; ++attempt) {
-      try {
-        write_holder_file(open_own_file(path_, O_RDWR | O_CREAT | O_EXCL, 0644));
+      bool no_flock = false;
+      if (auto fd = create_holder(false, no_flock)) {
+        file_fd_ = std::move(fd);
         return;
-      } catch (const foreign_file_error&) {
-        struct stat st {};
-        if (::lstat(path_.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) throw;
       }
-      const auto h = read_holder();
+      std::string text;
+      try {
+        text = read_text(open_own_file(path_, O_RDONLY).get());
+      } catch (const io_error& e) {
+        if (e.error_number() == ENOENT) continue;  // removed meanwhile
+        throw;
+      }
+      if (!holder_lines(text)) refuse_foreign(text);
+      const auto h = parse_holder(text);
       const bool here = !h.host.empty() && h.host == detail::host_name() && !h.boot.empty() && h.boot == detail::boot_id();
       const auto start = h.pid > 0 ? detail::process_start_ticks(h.pid) : std::nullopt;
       const bool gone = here && h.pid > 0 && (!start || *start != h.start);

@@ -144,6 +144,62 @@ namespace detail {
 }
 }  // namespace detail
 
+/// Creates `path` as a new file that holds `contents` from the moment it has its name, never
+/// replacing anything: returns an O_RDWR descriptor of it, or an empty one when the name is
+/// taken (by a file of any kind, a dangling symlink included). The file is written unnamed
+/// (O_TMPFILE) and then linked in, so a kill never leaves it empty or short, and a name strata
+/// reserves (a lock, a journal) is only ever seen holding what strata wrote. `prepare(fd)` runs
+/// on the file before it gets its name (a lock, say). Where the file system has no O_TMPFILE
+/// (NFS), it is created (O_EXCL) and then prepared and written: a kill in between leaves it short.
+/// A full device is a capacity_error (and nothing is left); other failures io_errors naming it.
+template <class Prepare>
+[[nodiscard]] unique_fd create_file_whole(const std::filesystem::path& path, std::string_view contents,
+                                          Prepare&& prepare, mode_t mode = 0644) {
+  const auto write_contents = [&](int fd) {
+    for (std::size_t done = 0; done < contents.size();) {
+      const ssize_t n = ::pwrite(fd, contents.data() + done, contents.size() - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) detail::throw_write_error("pwrite", path, done, n < 0 ? errno : EIO);
+      done += static_cast<std::size_t>(n);
+    }
+  };
+  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  if (const int t = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, mode); t >= 0) {
+    unique_fd fd(t);
+    write_contents(fd.get());
+    prepare(fd.get());
+    // (linkat with AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc name does not)
+    const auto self = fmt::format("/proc/self/fd/{}", fd.get());
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) == 0) return fd;
+    const int err = errno;
+    if (err == EEXIST) return {};
+    if (err != ENOENT && err != EPERM && err != EOPNOTSUPP && err != EXDEV) throw io_error("link", path, err);
+  }
+  unique_fd fd;
+  for (;;) {
+    const int f = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+    if (f >= 0) {
+      fd.reset(f);
+      break;
+    }
+    if (errno == EEXIST) return {};
+    if (errno != EINTR) throw io_error("open", path, errno);
+  }
+  try {
+    prepare(fd.get());
+    write_contents(fd.get());
+  } catch (...) {
+    ::unlink(path.c_str());  // made just now (O_EXCL): ours to remove
+    throw;
+  }
+  return fd;
+}
+/// create_file_whole with nothing to prepare.
+[[nodiscard]] inline unique_fd create_file_whole(const std::filesystem::path& path, std::string_view contents,
+                                                 mode_t mode = 0644) {
+  return create_file_whole(path, contents, [](int) {}, mode);
+}
+
 /// Writes all of `bytes` at the current position, completing short writes and retrying EINTR.
 /// A full device (ENOSPC, EDQUOT) is a capacity_error; other failures io_errors.
 inline void write_all(int fd, std::span<const std::byte> bytes, const std::filesystem::path& path) {
@@ -205,18 +261,38 @@ inline void write_file_atomic(const std::filesystem::path& path, std::string_vie
 /// never a directory that was already there). Not thread-safe.
 class created_directories {
  public:
-  /// Creates `dir` (and missing parents); io_error naming it on failure.
+  /// Creates `dir` (and missing parents); io_error naming it on failure, after which the
+  /// directories this call made are removed again.
   void create(const std::filesystem::path& dir) {
     std::vector<std::filesystem::path> missing;
     std::error_code ec;
-    for (auto p = std::filesystem::absolute(dir, ec).lexically_normal(); !p.empty() && !std::filesystem::exists(p, ec);
-         p = p.parent_path()) {
+    auto start = std::filesystem::absolute(dir, ec).lexically_normal();
+    if (ec) throw io_error("mkdir", dir, ec.value());
+    if (!start.has_filename() && start.has_relative_path()) start = start.parent_path();  // "a/b/": "a/b", once
+    for (auto p = start; !p.empty() && !std::filesystem::exists(p, ec); p = p.parent_path()) {
       missing.push_back(p);
       if (p == p.parent_path()) break;
     }
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw io_error("mkdir", dir, ec.value());
-    for (auto it = missing.rbegin(); it != missing.rend(); ++it) created_.push_back(*it);
+    std::vector<std::filesystem::path> made;
+    const auto undo = [&] {
+      for (auto it = made.rbegin(); it != made.rend(); ++it) ::rmdir(it->c_str());
+    };
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      if (::mkdir(it->c_str(), 0777) == 0) {
+        made.push_back(*it);
+      } else if (const int err = errno; err != EEXIST) {  // (EEXIST: made meanwhile by someone else)
+        undo();
+        throw io_error("mkdir", *it, err);
+      }
+    }
+    struct stat st {};
+    const int rc = ::stat(start.c_str(), &st);
+    if (rc != 0 || !S_ISDIR(st.st_mode)) {
+      const int err = rc != 0 ? errno : ENOTDIR;
+      undo();
+      throw io_error("mkdir", dir, err);
+    }
+    created_.insert(created_.end(), made.begin(), made.end());
   }
   /// Removes the created directories that are empty now, deepest first; returns how many.
   std::size_t remove_empty() noexcept {

@@ -67,8 +67,9 @@ struct offload_path_config {
   double read_bandwidth = 0;        ///< declared speed for placement and the bound (0: the cap, else measured)
   double write_bandwidth = 0;
   bool node_limited = false;        ///< requests hold the node-wide limiter (mlp_offload marks its PFS path)
-  /// Take files in the directory that strata did not make as the path's own objects (to be
-  /// replaced and removed); off: they are refused (file_tier_options::adopt_existing).
+  /// Take files in the directory that strata did not make and that are named as the optimizer's
+  /// objects ("<object_prefix>.sg-<i>") as the path's own (to be replaced and removed); off, or
+  /// any other file: refused (file_tier_options::adopt_existing).
   bool adopt_existing = false;
 };
 
@@ -209,12 +210,13 @@ namespace detail {
 using node_rw_limiter = rw_limiter<node_limiter>;
 
 inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter,
-                                  std::string_view scope = {});
+                                  std::string_view scope = {}, std::string_view object_prefix = "strata");
 
 /// A path of the config, under checksummed<> when the config verifies integrity.
 inline any_tier make_verified_path(const offloaded_adamw_config& c, std::size_t index, const node_rw_limiter* limiter) {
   any_tier path = make_offload_path(c.paths[index], index, limiter,
-                                    c.scope_paths ? std::string_view(c.offload.object_prefix) : std::string_view());
+                                    c.scope_paths ? std::string_view(c.offload.object_prefix) : std::string_view(),
+                                    c.offload.object_prefix);
   if (!c.verify_integrity) return path;
   return any_tier::make<checksummed<any_tier>>(checksum_options{.block_bytes = c.integrity_block_bytes}, std::move(path));
 }
@@ -222,7 +224,7 @@ inline any_tier make_verified_path(const offloaded_adamw_config& c, std::size_t 
 // The path's tier, then each layer the config asks for on top of it: a bandwidth cap
 // (throttled), the node-wide permit (limited).
 inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter,
-                                  std::string_view scope) {
+                                  std::string_view scope, std::string_view object_prefix) {
   const double rbw = p.read_bandwidth > 0 ? p.read_bandwidth : p.read_cap;
   const double wbw = p.write_bandwidth > 0 ? p.write_bandwidth : p.write_cap;
   any_tier path = [&] {
@@ -252,6 +254,7 @@ inline any_tier make_offload_path(const offload_path_config& p, std::size_t inde
     fo.read_bandwidth = rbw;
     fo.write_bandwidth = wbw;
     fo.adopt_existing = p.adopt_existing;
+    fo.adoptable_prefixes = {fmt::format("{}.sg-", object_prefix), fmt::format("{}.gr-", object_prefix)};  // (offload_layout's names)
     fo.scope = std::string(scope);
     return any_tier::make<file_tier>(fo);
   }();

@@ -19,9 +19,15 @@
 ///   directory's journal (".strata-objects", tier/detail/object_journal.hpp) before it exists, so
 ///   objects a killed run left are reclaimed by the next one; a file that no journal line names
 ///   (another job's, a user's) can be read but writing or removing it is a foreign_file_error
-///   naming it, unless `adopt_existing` is set. Object files are opened with O_NOFOLLOW (new ones
-///   with O_EXCL) and must be regular files of this user: a symlink, a FIFO or a hard link in
-///   the directory is never followed, changed or removed.
+///   naming it, unless `adopt_existing` is set and it is named as the tier's objects are. Object
+///   files are opened with O_NOFOLLOW (new ones with O_EXCL) and must be regular files of this
+///   user: a symlink, a FIFO or a hard link in the directory is never followed, changed or
+///   removed. The lock and journal names (".strata-lock[.<scope>]", ".strata-objects[.<scope>]")
+///   are strata's only when the file there is one strata wrote; any other is refused by name.
+/// - Directories: a missing directory is made (with its missing parents) and recorded in the
+///   journal as it is created; when the tier ends (or fails to start) with no object left, its
+///   journal and lock go and then each directory made for it, this run or a killed one, that is
+///   empty by then. A directory strata did not make, or one that holds anything else, stays.
 /// Environment defaults: STRATA_IO_BACKEND, STRATA_DIRECT_IO, STRATA_CHUNK_BYTES,
 /// STRATA_QUEUE_DEPTH, STRATA_IO_THREADS (see README).
 
@@ -36,6 +42,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -102,8 +109,13 @@ struct file_tier_options {
   std::string scope{};
   /// Take files already in the directory that no journal of strata's names (another job's
   /// objects, files copied in by hand) as this tier's own, to be overwritten and removed like
-  /// objects it wrote. Off: writing or removing one is a foreign_file_error naming it.
+  /// objects it wrote, when they are named as the tier's objects are (adoptable_prefixes). Off,
+  /// or another name: writing or removing one is a foreign_file_error naming it.
   bool adopt_existing = false;
+  /// The names adopt_existing takes: "<p><digits>" for a p here. The default is how
+  /// offloaded_adamw names its objects ("<object_prefix>.sg-<i>", ".gr-<i>") with the default
+  /// prefix; make_offloaded_adamw gives its optimizer's. Empty: none.
+  std::vector<std::string> adoptable_prefixes{"strata.sg-", "strata.gr-"};
   double read_bandwidth = 0;                     ///< declared, bytes/s; 0 = use the measured value
   double write_bandwidth = 0;
   file_syscalls syscalls{};  ///< POSIX engine's syscalls (a test hook)
@@ -126,27 +138,33 @@ class file_tier {
     STRATA_EXPECTS(opts_.chunk_bytes % block == 0 && opts_.chunk_bytes > 0, config_error,
                    "file_tier '{}': chunk_bytes {} is not a positive multiple of {}", opts_.name, opts_.chunk_bytes,
                    block);
-    std::error_code ec;
-    std::filesystem::create_directories(opts_.directory, ec);
-    if (ec) throw io_error("mkdir", opts_.directory, ec.value());
-    if (::access(opts_.directory.c_str(), R_OK | W_OK | X_OK) != 0) throw io_error("access", opts_.directory, errno);
-    // Two tiers on one directory (two processes, or two optimizers) would corrupt each other.
-    if (opts_.lock_directory)
-      lock_ = directory_lock(opts_.directory, fmt::format("file_tier '{}'", opts_.name), opts_.scope);
-    journal_ = detail::object_journal(opts_.directory, opts_.scope);
-    direct_ = opts_.direct && probe_direct_io();
-    scan_existing();
-    engine_ = make_engine();
+    const auto made = make_directory();
+    try {
+      if (::access(opts_.directory.c_str(), R_OK | W_OK | X_OK) != 0) throw io_error("access", opts_.directory, errno);
+      // Two tiers on one directory (two processes, or two optimizers) would corrupt each other.
+      if (opts_.lock_directory)
+        lock_ = directory_lock(opts_.directory, fmt::format("file_tier '{}'", opts_.name), opts_.scope);
+      journal_ = detail::object_journal(opts_.directory, opts_.scope, made);
+      direct_ = opts_.direct && probe_direct_io();
+      scan_existing();
+      engine_ = make_engine();
+    } catch (...) {
+      // Nothing of a failed start stays: a journal that names nothing, the lock, the
+      // directories made for it (when empty).
+      const bool nothing = sizes_.empty() && (scanned_ || journal_.recorded().empty());
+      release_directory(nothing, made);
+      throw;
+    }
   }
 
   file_tier(const file_tier&) = delete;
   file_tier& operator=(const file_tier&) = delete;
-  /// Waits for every request in flight (the engine drains), then closes; the journal goes when
-  /// no object of this tier is left.
+  /// Waits for every request in flight (the engine drains), then closes; when no object of this
+  /// tier is left, the journal goes, then the lock, then the directories made for it if empty.
   ~file_tier() {
     engine_.reset();
     std::lock_guard lock(mutex_);
-    if (sizes_.empty() && opts_.lock_directory) journal_.remove_file();
+    release_directory(sizes_.empty(), {});
   }
 
   completion write(std::string_view object, std::uint64_t offset, std::span<const std::byte> bytes) {
@@ -606,9 +624,11 @@ class file_tier {
                                  : std::string("a file");
     throw foreign_file_error(
         fmt::format("tier '{}': will not {} object '{}': {} is {} that strata did not create (no journal of strata's "
-                    "in {} names it); strata never overwrites or removes such a file. Move it away, or let the tier "
-                    "take it as its own (file_tier_options::adopt_existing; offload_demo --adopt-existing)",
-                    opts_.name, what, object, path.string(), kind, opts_.directory.string()),
+                    "in {} names it); strata never overwrites or removes such a file. Move it away{}",
+                    opts_.name, what, object, path.string(), kind, opts_.directory.string(),
+                    adoptable(object) ? ", or let the tier take it as its own (file_tier_options::adopt_existing; "
+                                        "offload_demo --adopt-existing)"
+                                      : ""),
         path);
   }
 
@@ -666,7 +686,9 @@ class file_tier {
   }
 
   // Objects the journal names (a killed run's) are ours again; any other file with an object's
-  // name is foreign unless adopt_existing. The owner then rewrites the journal to what is there.
+  // name is foreign unless adopt_existing takes it (named as the tier's objects are). The
+  // journal then says what changed: recorded files that are gone (or not ours any more), files
+  // adopted.
   void scan_existing() {
     const auto& recorded = journal_.recorded();
     detail::object_journal::names ours;
@@ -677,7 +699,7 @@ class file_tier {
         struct stat st {};
         if (::lstat(entry.path().c_str(), &st) != 0) continue;  // gone meanwhile
         const bool regular_own = detail::not_own_reason(st).empty();
-        if (regular_own && (recorded.contains(n) || opts_.adopt_existing)) {
+        if (regular_own && (recorded.contains(n) || (opts_.adopt_existing && adoptable(n)))) {
           sizes_.emplace(n, static_cast<std::uint64_t>(st.st_size));
           used_ += static_cast<std::uint64_t>(st.st_size);
           ours.insert(n);
@@ -688,11 +710,77 @@ class file_tier {
     } catch (const std::filesystem::filesystem_error& e) {  // a strata::error, naming the path
       throw io_error("scan", e.path1().empty() ? opts_.directory : e.path1(), e.code().value());
     }
-    if (opts_.lock_directory) {
-      if (ours != recorded) journal_.rewrite(ours);
-    } else {
-      for (const auto& n : ours)
-        if (!recorded.contains(n)) journal_.created(n);  // adopted
+    for (const auto& n : ours)
+      if (!recorded.contains(n)) journal_.created(n);  // adopted
+    if (opts_.lock_directory)  // (unlocked, others may be writing what the journal names)
+      for (const auto& n : recorded)
+        if (!ours.contains(n)) journal_.removed(n);
+    scanned_ = true;
+  }
+
+  // Whether adopt_existing may take a file of this name: "<prefix><digits>".
+  [[nodiscard]] bool adoptable(std::string_view n) const {
+    return std::ranges::any_of(opts_.adoptable_prefixes, [&](const std::string& p) {
+      return n.size() > p.size() && n.starts_with(p) &&
+             n.substr(p.size()).find_first_not_of("0123456789") == std::string_view::npos;
+    });
+  }
+
+  // Makes the directory (and missing parents) if needed; returns how the journal records each
+  // one made: "<dev>:<inode> <absolute path>" (a path with a newline is not recorded).
+  std::vector<std::string> make_directory() {
+    created_directories made;
+    made.create(opts_.directory);
+    std::vector<std::string> ids;
+    for (const auto& p : made.paths()) {
+      struct stat st {};
+      if (::lstat(p.c_str(), &st) != 0 || p.string().find('\n') != std::string::npos) continue;
+      ids.push_back(fmt::format("{}:{} {}", static_cast<unsigned long long>(st.st_dev),
+                                static_cast<unsigned long long>(st.st_ino), p.string()));
+    }
+    return ids;
+  }
+
+  // At the end, or after a failed start: with `nothing` of the tier left, its journal goes, then
+  // the lock, then each directory made for it (`made_now`, and those the journal records from a
+  // killed run) that is still that directory, is this one or above it, and is empty by then,
+  // deepest first. Unlocked tiers leave the journal (others may share it).
+  void release_directory(bool nothing, const std::vector<std::string>& made_now) noexcept {
+    if (!nothing) {  // the objects stay, and so do the journal that names them and the directory
+      lock_ = directory_lock();
+      return;
+    }
+    try {
+      std::vector<std::string> ids = journal_.directories();
+      for (const auto& m : made_now)
+        if (std::ranges::find(ids, m) == ids.end()) ids.push_back(m);
+      if (opts_.lock_directory) journal_.remove_file();
+      lock_ = directory_lock();
+      std::error_code ec;
+      const auto self = std::filesystem::absolute(opts_.directory, ec).lexically_normal();
+      std::vector<std::pair<std::filesystem::path, struct stat>> dirs;
+      for (const auto& id : ids) {
+        const auto sp = id.find(' ');
+        if (sp == std::string::npos) continue;
+        struct stat want {};
+        unsigned long long dev = 0, ino = 0;
+        if (std::sscanf(id.substr(0, sp).c_str(), "%llu:%llu", &dev, &ino) != 2) continue;
+        want.st_dev = static_cast<dev_t>(dev);
+        want.st_ino = static_cast<ino_t>(ino);
+        const std::filesystem::path p(id.substr(sp + 1));
+        const auto rel = self.lexically_relative(p);
+        if (rel.empty() || *rel.begin() == "..") continue;  // not this directory or one above it
+        dirs.emplace_back(p, want);
+      }
+      std::ranges::sort(dirs, [](const auto& a, const auto& b) { return a.first.string().size() > b.first.string().size(); });
+      for (const auto& [p, want] : dirs) {
+        struct stat st {};
+        if (::lstat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_dev != want.st_dev || st.st_ino != want.st_ino)
+          continue;  // not the directory strata made (moved, replaced)
+        ::rmdir(p.c_str());  // fails, and keeps it, when it holds anything
+      }
+    } catch (...) {  // best effort (out of memory): a directory left is only untidy
+      lock_ = directory_lock();
     }
   }
 
@@ -716,6 +804,7 @@ class file_tier {
   file_tier_options opts_;
   directory_lock lock_;  // held for the tier's life; released after the engine drained
   detail::object_journal journal_;  // which files here strata made (guarded by mutex_ after construction)
+  bool scanned_ = false;            // the journal says what is there (scan_existing finished)
   std::set<std::string, std::less<>> foreign_;  // files with object names that are not ours (mutex_)
   std::shared_ptr<fd_slots> fd_slots_ = std::make_shared<fd_slots>();  // shared with open descriptors
   bool direct_ = true;

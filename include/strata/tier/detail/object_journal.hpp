@@ -5,13 +5,21 @@
 // them for strata's and reclaims them; a file that no line names (another job's, a user's) is not
 // strata's and is never written or removed. Appends are single write(2)s on an O_APPEND
 // descriptor: a kill leaves at most a torn last line, which names nothing. The owner of the
-// directory rewrites the journal at open to what is still there, and removes it when it names
-// nothing.
+// directory removes the journal when it names nothing.
+//
+// A line "d <text>" records a directory the journal's owner made for it (file_tier writes its
+// identity and path), so that a run that is killed leaves it known, and the next run can remove
+// it, when empty, at its clean end.
+//
+// The journal is created whole with its header (written unnamed, then linked in: a kill never
+// leaves it empty), so a file at its name without the header, an empty one included, is not
+// strata's: it is refused with a foreign_file_error naming it and never written or removed.
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <filesystem>
@@ -21,12 +29,12 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "strata/core/error.hpp"
 #include "strata/core/fs.hpp"
-#include "strata/core/notice.hpp"
 
 namespace strata::detail {
 
@@ -38,13 +46,48 @@ class object_journal {
 
   object_journal() = default;
   /// Opens (creating it) the journal of `dir` (of one `scope` of it: ".strata-objects.<scope>",
-  /// see directory_lock); recorded() then says which names it holds.
-  explicit object_journal(const std::filesystem::path& dir, std::string_view scope = {})
+  /// see directory_lock); recorded() then says which names it holds. A new journal records
+  /// `directories` (see made_directory) from the moment it exists.
+  explicit object_journal(const std::filesystem::path& dir, std::string_view scope = {},
+                          std::span<const std::string> directories = {})
       : path_(scope.empty() ? dir / file_name : dir / fmt::format("{}.{}", file_name, scope)) {
-    fd_ = open_own_file(path_, O_RDWR | O_CREAT | O_APPEND, 0644);
+    std::string fresh(header);
+    for (const auto& d : directories) fresh += fmt::format("d {}\n", d);
+    for (int attempt = 0;; ++attempt) {
+      if (attempt > 100) throw io_error("open (the journal keeps changing)", path_, EAGAIN);
+      if ((fd_ = create_file_whole(path_, fresh))) {
+        if (::fcntl(fd_.get(), F_SETFL, O_APPEND) != 0) throw io_error("fcntl (O_APPEND)", path_, errno);
+        created_ = true;
+        parse(fresh);
+        return;
+      }
+      try {
+        fd_ = open_own_file(path_, O_RDWR | O_APPEND);
+      } catch (const io_error& e) {
+        if (e.error_number() == ENOENT) continue;  // removed meanwhile
+        throw;
+      }
+      break;
+    }
     const std::string text = read_all();
-    if (text.empty()) append(std::string(header));
+    if (!text.starts_with(header))
+      throw foreign_file_error(
+          fmt::format("{} is {}, so not a journal strata made: strata never writes, truncates or removes a file it did "
+                      "not make, and will not use {} while it is there. Move it away{}",
+                      path_.string(),
+                      text.empty() ? std::string("empty")
+                                   : fmt::format("a file that does not start with '{}'", header.substr(0, header.size() - 1)),
+                      dir.string(),
+                      text.empty() ? " (an earlier strata release killed as it started could leave an empty one: "
+                                     "remove it if so)"
+                                   : ""),
+          path_);
+    // End a torn last line so that the next one stands alone; the '#' keeps it naming nothing
+    // (no object name holds one), where a cut name could name another object.
+    if (!text.ends_with('\n')) append("#\n");
     parse(text);
+    for (const auto& d : directories)
+      if (std::ranges::find(directories_, d) == directories_.end()) made_directory(d);
   }
   object_journal(object_journal&&) noexcept = default;
   object_journal& operator=(object_journal&&) noexcept = default;
@@ -59,10 +102,20 @@ class object_journal {
   void created(std::string_view name) { append(fmt::format("+ {}\n", name)); }
   /// Records that strata removed `name`.
   void removed(std::string_view name) { append(fmt::format("- {}\n", name)); }
+  /// Records a directory its owner made (one line, no newline in it).
+  void made_directory(std::string_view text) {
+    append(fmt::format("d {}\n", text));
+    directories_.emplace_back(text);
+  }
+  /// The directories recorded, oldest first.
+  [[nodiscard]] const std::vector<std::string>& directories() const noexcept { return directories_; }
+  /// Whether this object created the journal file (rather than opening one that was there).
+  [[nodiscard]] bool created() const noexcept { return created_; }
 
   /// Replaces the journal by one that names exactly `live` (atomically: rename).
   void rewrite(const names& live) {
     std::string text(header);
+    for (const auto& d : directories_) text += fmt::format("d {}\n", d);
     for (const auto& n : live) text += fmt::format("+ {}\n", n);
     write_file_atomic(path_, text);
     fd_ = open_own_file(path_, O_RDWR | O_APPEND, 0644);
@@ -102,13 +155,6 @@ class object_journal {
   }
 
   void parse(std::string_view text) {
-    if (text.empty()) return;
-    if (!text.starts_with(header)) {
-      notice(fmt::format("{} is damaged (no header): the files it named are not known to be strata's and will be "
-                         "left alone",
-                         path_.string()));
-      return;
-    }
     text.remove_prefix(header.size());
     while (!text.empty()) {
       const auto nl = text.find('\n');
@@ -117,6 +163,7 @@ class object_journal {
       text.remove_prefix(nl + 1);
       if (line.size() < 3 || line[1] != ' ') continue;
       const auto name = line.substr(2);
+      if (line[0] == 'd' && std::ranges::find(directories_, name) == directories_.end()) directories_.emplace_back(name);
       if (line[0] == '+') recorded_.emplace(name);
       if (line[0] == '-')
         if (const auto it = recorded_.find(name); it != recorded_.end()) recorded_.erase(it);
@@ -137,6 +184,8 @@ class object_journal {
   std::filesystem::path path_;
   unique_fd fd_;
   names recorded_;
+  std::vector<std::string> directories_;
+  bool created_ = false;
 };
 
 }  // namespace strata::detail
