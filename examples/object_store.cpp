@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     strata::checksummed<paths_t> state(
         strata::checksum_options{}, strata::bandwidth_proportional{},
         strata::file_tier_options{.directory = dir, .name = "nvme", .read_bandwidth = 2e9, .write_bandwidth = 1e9},
-        strata::object_store_options{.bucket = where.bucket, .prefix = where.prefix + "/state",
+        strata::object_store_options{.bucket = where.bucket, .prefix = where.under("state"),
                                      .read_bandwidth = 1e9, .write_bandwidth = 0.5e9});
 
     std::vector<std::byte> sg(12 << 20, std::byte{7});  // one subgroup's state: a multipart upload on S3
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
     std::vector<float> params(1'000'000, 0.5f), grads(params.size(), 0.01f);
     strata::offloaded_adamw<strata::host_tier> opt(tier, params, {}, strata::offload_options{.subgroup_elems = 250'000});
     opt.step(std::span<const float>(grads));
-    strata::object_store_tier ckpt(strata::object_store_options{.bucket = where.bucket, .prefix = where.prefix + "/ckpt"});
+    strata::object_store_tier ckpt(strata::object_store_options{.bucket = where.bucket, .prefix = where.under("ckpt")});
     auto store = strata::any_tier::ref(ckpt);
     opt.save(store);
     strata::host_tier tier2(strata::host_tier_options{.name = "host2"});

@@ -173,6 +173,13 @@ struct object_store_stats {
 struct s3_location {
   std::string bucket;
   std::string prefix;
+
+  /// The prefix of `name` under this one ("run/7" + "state": "run/7/state"; "" or "run/7/" too),
+  /// so that a program joining prefixes never makes an empty segment, which S3 tiers refuse.
+  [[nodiscard]] std::string under(std::string_view name) const {
+    if (prefix.empty()) return std::string(name);
+    return prefix.ends_with('/') ? prefix + std::string(name) : prefix + "/" + std::string(name);
+  }
 };
 
 namespace detail {
