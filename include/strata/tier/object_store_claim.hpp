@@ -14,7 +14,7 @@
 ///   with a busy_error naming the prefix, the scope and the owner. A dead owner's claim is taken
 ///   over (a conditional replace: of two contenders one wins), and its objects named like
 ///   strata's of the scope ("<scope>.sg-<i>", "<scope>.gr-<i>") are removed: the new run writes
-///   its own.
+///   its own. A crashed owner's takeover is reported as a notice naming it.
 /// - No claim: the prefix's objects that no claim covers are another job's (or a user's); they
 ///   are refused with a busy_error naming them, unless adopt_existing, which takes those of
 ///   strata's names of the scope as the run's own. Objects not named like strata's are never
@@ -47,7 +47,10 @@
 #include <concepts>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
+#include <exception>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -178,6 +181,9 @@ class object_store_claim {
     acquire();
     try {
       if (taken_over_ || opts_.adopt_existing) reclaim();
+      if (taken_over_ && !last_owner_.empty())  // (a released claim is taken without a word)
+        notice(fmt::format("{}: took over the claim of {}; its {} object{} removed", where(), last_owner_,
+                           reclaimed_, reclaimed_ == 1 ? "" : "s"));
       renewer_ = std::thread([this] { renew_loop(); });
     } catch (...) {
       release();
@@ -334,6 +340,8 @@ class object_store_claim {
                                      where(), c->owner.empty() ? std::string("another run") : c->owner, why, c->run),
                          c->host == me_.host && c->boot == me_.boot ? c->pid : 0);
       refuse_unclaimed(true);
+      if (c->state != "released")
+        last_owner_ = fmt::format("{} ({}, run {})", c->owner.empty() ? std::string("another run") : c->owner, why, c->run);
       if (auto tag = store_.replace_control(name_, body("held"), found->etag)) {
         etag_ = std::move(*tag);
         taken_over_ = true;
@@ -424,6 +432,7 @@ class object_store_claim {
   claim_identity me_;
   std::string run_;
   std::int64_t claimed_ms_ = 0;
+  std::string last_owner_;  // whose claim was taken over
   bool taken_over_ = false;
   std::size_t reclaimed_ = 0;
   mutable std::mutex mutex_;
