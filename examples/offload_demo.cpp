@@ -10,9 +10,10 @@
 //
 // A path may be an object store: s3://bucket/prefix[@READ/WRITE] or s3://bucket/prefix[:READ[:WRITE]]
 // (credentials, endpoint and region from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-// AWS_REGION). S3 has no journal or lock to tell another run's objects from this one's, so a
-// prefix that already holds objects of a tier is refused unless --adopt-existing; the run removes
-// the objects it wrote (remove_state) and nothing else.
+// AWS_REGION). The run claims its object prefix there before it writes (object_store_claim): a
+// prefix in use by a live run is refused, a killed run's objects are taken over, objects that no
+// claim covers are refused unless --adopt-existing; the run removes the objects it wrote
+// (remove_state), then its claim, and nothing else.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,8 +42,8 @@ constexpr const char* usage =
     "                    bytes/s (e.g. 2GB/1.5GB); a trailing '!' also caps that path to them\n"
     "  --path s3://bucket/prefix[@R/W]  or  s3://bucket/prefix[:R[:W]]\n"
     "                    an object store (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
-    "                    AWS_REGION); bandwidths as above (one given: both); a prefix that holds\n"
-    "                    objects already is refused unless --adopt-existing\n"
+    "                    AWS_REGION); bandwidths as above (one given: both); a prefix in use by a\n"
+    "                    live run is refused, a killed run's objects are taken over\n"
     "  --cap             also cap each path to its declared bandwidth (emulation)\n"
     "  --probe SIZE      before set-up, write then read SIZE through each directory path alone\n"
     "                    (O_DIRECT, 3 rounds, medians) and judge every step against the bound\n"
@@ -54,8 +55,8 @@ constexpr const char* usage =
     "  --keep            keep the state objects and the directories made for them\n"
     "  --adopt-existing  replace files in the paths that strata did not make and that are named as\n"
     "                    its objects (another job's strata.sg-<i>; any other file stays refused), or\n"
-    "                    use an s3:// prefix that holds objects; without it they are refused and left\n"
-    "                    alone\n"
+    "                    objects of those names in an s3:// prefix that no strata claim covers;\n"
+    "                    without it they are refused and left alone\n"
     "  --no-integrity    do not checksum the state on the paths (faster, unverified reads)\n"
     "  --help            this text\n";
 
@@ -217,21 +218,27 @@ int run(int argc, char** argv) {
   // then the directories it made, if empty.
   strata::created_directories dirs;
   std::unique_ptr<strata::any_offloaded_adamw> opt;
+  // remove_state() goes on past a path that fails (the others are emptied), and so does this.
   struct cleanup {
     bool keep;
     strata::created_directories& dirs;
     std::unique_ptr<strata::any_offloaded_adamw>& opt;
-    ~cleanup() {
-      if (keep) return;
-      if (opt) {
-        try {
-          (void)opt->remove_state();
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "offload_demo: cleanup: %s\n", e.what());
-        }
-        opt.reset();
+    // The first failure, or empty.
+    std::string run() noexcept {
+      std::string failed;
+      if (keep) return failed;
+      try {
+        if (opt) (void)opt->remove_state();
+      } catch (const std::exception& e) {
+        failed = e.what();
       }
+      opt.reset();  // the paths close: an object store's claim goes with its last object
       dirs.remove_empty();
+      keep = true;  // done
+      return failed;
+    }
+    ~cleanup() {
+      if (const auto failed = run(); !failed.empty()) std::fprintf(stderr, "offload_demo: cleanup: %s\n", failed.c_str());
     }
   } guard{keep, dirs, opt};
   // (A missing path directory is made by its file_tier, which records it before writing in it
@@ -269,25 +276,6 @@ int run(int argc, char** argv) {
       probe_write += p.write_cap > 0 ? std::min(p.write_cap, w) : w;
     }
   }
-#if STRATA_HAS_S3
-  // An object store's prefix must hold no tier objects yet (unless --adopt-existing): the optimizer
-  // would overwrite objects of its names and remove_state() them, and S3 cannot tell whose they are.
-  if (!adopt)
-    for (const auto& p : cfg.paths) {
-      if (p.url.empty()) continue;
-      const auto where = strata::parse_s3_url(p.url);
-      strata::object_store_options so;
-      so.bucket = where.bucket;
-      so.prefix = where.prefix;
-      so.name = p.url;
-      const auto held = strata::object_store_tier(so).objects();
-      if (!held.empty())
-        throw strata::error(fmt::format("{} already holds {} object{} ({}{}), another run's? Not using it: give a "
-                                        "prefix of its own, or --adopt-existing to replace them",
-                                        p.url, held.size(), held.size() == 1 ? "" : "s", held.front(),
-                                        held.size() > 1 ? ", ..." : ""));
-    }
-#endif
 
   // Peak resident memory per phase, split into the demo's own arrays, what strata holds (its
   // budgeted host memory) and the rest (process, libraries, bookkeeping).
@@ -355,6 +343,7 @@ int run(int argc, char** argv) {
   for (const auto& p : opt->path_totals())
     std::printf("path %s: %llu bytes read, %llu bytes written in all\n", p.name.c_str(),
                 static_cast<unsigned long long>(p.bytes_read), static_cast<unsigned long long>(p.bytes_written));
+  if (const auto failed = guard.run(); !failed.empty()) throw strata::error("cleanup: " + failed);
   return 0;
 }
 

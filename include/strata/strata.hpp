@@ -61,6 +61,7 @@
 #include "strata/tier/host_tier.hpp"
 #include "strata/tier/limited.hpp"
 #include "strata/tier/multipath.hpp"
+#include "strata/tier/object_store_claim.hpp"
 #include "strata/tier/object_store_tier.hpp"
 #include "strata/tier/path_arg.hpp"
 #include "strata/tier/placement_policy.hpp"

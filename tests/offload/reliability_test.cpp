@@ -346,6 +346,49 @@ TEST_CASE("remove_state removes exactly the optimizer's objects; the optimizer i
   CHECK_THROWS_AS(opt.remove_state(), strata::config_error);
 }
 
+namespace {
+
+/// A host tier whose removals fail (a path that is down), as io_error naming the object's path.
+class unremovable : public strata::detail::adaptor_base<strata::host_tier> {
+ public:
+  explicit unremovable(strata::host_tier_options o) : adaptor_base(std::in_place, std::move(o)) {}
+  strata::completion write(std::string_view o, std::uint64_t off, std::span<const std::byte> b) {
+    return inner_.write(o, off, b);
+  }
+  strata::completion read(std::string_view o, std::uint64_t off, std::span<std::byte> d) { return inner_.read(o, off, d); }
+  bool remove(std::string_view o) { throw strata::io_error("remove", fs::path("/mnt/down") / std::string(o), EIO); }
+};
+static_assert(strata::tier<unremovable>);
+
+}  // namespace
+
+TEST_CASE("remove_state goes on past a path that fails: the healthy path is emptied, then the first failure is raised") {
+  const auto init = random_params(n, 10);
+  std::vector<strata::any_tier> paths;
+  paths.push_back(strata::any_tier::make<strata::host_tier>(strata::host_tier_options{.name = "healthy"}));
+  paths.push_back(strata::any_tier::make<unremovable>(strata::host_tier_options{.name = "down"}));
+  strata::dynamic_multipath<strata::fixed_ratio> tier(strata::fixed_ratio({1, 1}), std::move(paths));
+  auto& healthy = *tier.path(0).target<strata::host_tier>();
+  auto& down = *tier.path(1).target<unremovable>();
+  strata::offloaded_adamw<strata::dynamic_multipath<strata::fixed_ratio>, strata::lru, strata::alternating> opt(
+      tier, init, {}, small_options());
+  std::size_t on_healthy = 0, on_down = 0;
+  for (std::size_t s = 0; s < n / sg; ++s) {
+    on_healthy += healthy.size(opt.object_name(s)).has_value() ? 1 : 0;
+    on_down += down.size(opt.object_name(s)).has_value() ? 1 : 0;
+  }
+  REQUIRE(on_healthy > 0);
+  REQUIRE(on_down > 0);
+  // The path that fails holds subgroup 1, which comes before most of the healthy path's.
+  REQUIRE(down.size(opt.object_name(1)).has_value());
+  const std::string named = "/mnt/down/" + opt.object_name(1);
+  CHECK_THROWS_WITH_AS(opt.remove_state(), doctest::Contains(named.c_str()), strata::io_error);
+  for (std::size_t s = 0; s < n / sg; ++s) CHECK_FALSE(healthy.size(opt.object_name(s)).has_value());
+  std::size_t left = 0;
+  for (std::size_t s = 0; s < n / sg; ++s) left += down.size(opt.object_name(s)).has_value() ? 1 : 0;
+  CHECK(left == on_down);
+}
+
 TEST_CASE("a tier directory has one owner: a second file_tier on it is a busy_error naming the holder") {
   temp_dir dir(fs::temp_directory_path(), "owned");
   strata::file_tier_options fo;

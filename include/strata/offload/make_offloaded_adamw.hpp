@@ -5,6 +5,7 @@
 /// mlp_offload's PFS path, behind a node_limiter) and the preset's optimizer over it, and returns
 /// it behind the any_offloaded_adamw interface. load_offloaded_adamw does the same from a checkpoint.
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "strata/core/config.hpp"
+#include "strata/core/env.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
@@ -48,7 +50,7 @@
 #include "strata/tier/host_tier.hpp"
 #include "strata/tier/limited.hpp"
 #include "strata/tier/multipath.hpp"
-#include "strata/core/env.hpp"
+#include "strata/tier/object_store_claim.hpp"
 #include "strata/tier/object_store_tier.hpp"
 #include "strata/tier/striped.hpp"
 #include "strata/tier/throttled.hpp"
@@ -69,8 +71,12 @@ struct offload_path_config {
   bool node_limited = false;        ///< requests hold the node-wide limiter (mlp_offload marks its PFS path)
   /// Take files in the directory that strata did not make and that are named as the optimizer's
   /// objects ("<object_prefix>.sg-<i>") as the path's own (to be replaced and removed); off, or
-  /// any other file: refused (file_tier_options::adopt_existing).
+  /// any other file: refused (file_tier_options::adopt_existing). For an object store: objects
+  /// of the optimizer's names that no claim covers (object_store_claim_options::adopt_existing).
   bool adopt_existing = false;
+  /// An object store path's claim: how long a run on another host waits after this run's last
+  /// renewal before it judges it gone (object_store_claim_options::lease).
+  std::chrono::milliseconds claim_lease{60'000};
 };
 
 /// Everything make_offloaded_adamw needs.
@@ -209,6 +215,33 @@ namespace detail {
 
 using node_rw_limiter = rw_limiter<node_limiter>;
 
+#if STRATA_HAS_S3
+/// An object store path of a run-time optimizer: the tier, and this run's claim on the
+/// optimizer's scope of it, taken before the first state object is written and ended after the
+/// tier's last request (tier/object_store_claim.hpp).
+class claimed_object_store {
+ public:
+  claimed_object_store(object_store_options so, object_store_claim_options co)
+      : store_(std::move(so)), claim_(store_, std::move(co)) {}
+  completion write(std::string_view o, std::uint64_t off, std::span<const std::byte> b) { return store_.write(o, off, b); }
+  completion read(std::string_view o, std::uint64_t off, std::span<std::byte> d) { return store_.read(o, off, d); }
+  bool remove(std::string_view o) { return store_.remove(o); }
+  void flush() { store_.flush(); }
+  [[nodiscard]] std::optional<std::uint64_t> size(std::string_view o) const { return store_.size(o); }
+  [[nodiscard]] std::uint64_t capacity() const { return store_.capacity(); }
+  [[nodiscard]] std::uint64_t used() const { return store_.used(); }
+  [[nodiscard]] std::string_view name() const { return store_.name(); }
+  [[nodiscard]] tier_descriptor descriptor() const { return store_.descriptor(); }
+  [[nodiscard]] object_store_tier& store() noexcept { return store_; }
+  [[nodiscard]] const object_store_claim<object_store_tier>& claim() const noexcept { return claim_; }
+
+ private:
+  object_store_tier store_;
+  object_store_claim<object_store_tier> claim_;  // ends (released, or removed) before the tier closes
+};
+static_assert(tier<claimed_object_store>);
+#endif
+
 inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter,
                                   std::string_view scope = {}, std::string_view object_prefix = "strata");
 
@@ -222,7 +255,7 @@ inline any_tier make_verified_path(const offloaded_adamw_config& c, std::size_t 
 }
 
 // The path's tier, then each layer the config asks for on top of it: a bandwidth cap
-// (throttled), the node-wide permit (limited).
+// (throttled), the node-wide permit (limited). An object store is claimed for `object_prefix`.
 inline any_tier make_offload_path(const offload_path_config& p, std::size_t index, const node_rw_limiter* limiter,
                                   std::string_view scope, std::string_view object_prefix) {
   const double rbw = p.read_bandwidth > 0 ? p.read_bandwidth : p.read_cap;
@@ -237,7 +270,11 @@ inline any_tier make_offload_path(const offload_path_config& p, std::size_t inde
       so.name = p.name;
       so.read_bandwidth = rbw;
       so.write_bandwidth = wbw;
-      return any_tier::make<object_store_tier>(so);
+      object_store_claim_options co;
+      co.scope = std::string(object_prefix);
+      co.adopt_existing = p.adopt_existing;
+      co.lease = p.claim_lease;
+      return any_tier::make<claimed_object_store>(std::move(so), std::move(co));
 #else
       throw config_error(fmt::format("path {}: strata was built without the S3 tier (libcurl and libcrypto, "
                                      "STRATA_ENABLE_S3)",

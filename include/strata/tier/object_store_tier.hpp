@@ -43,8 +43,10 @@
 ///   AWS_SESSION_TOKEN; region from AWS_REGION (AWS_DEFAULT_REGION, us-east-1); endpoint from
 ///   AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (else AWS's regional endpoint). The secret is used
 ///   only to derive signing keys: it is in no message, log line or trace.
-/// - Known limit: unlike file_tier, the prefix is not locked against a second writer (S3 has no
-///   lock); give each run its own prefix.
+/// - Control objects: small objects at "<prefix><name>" (outside the key form above, so never
+///   among objects()), read with their ETag and age and written or deleted conditionally
+///   (If-None-Match / If-Match). The prefix itself is not locked: object_store_claim, written
+///   there before the first state object, tells one owner from another.
 /// Built when strata found libcurl and libcrypto (STRATA_HAS_S3); otherwise this header is empty.
 #include "strata/core/config.hpp"
 
@@ -60,6 +62,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
@@ -148,6 +151,13 @@ struct object_store_options {
   /// curl. https and a proxy in the environment always go through curl.
   std::uint64_t direct_receive_min = 1ULL << 20;
   unsigned list_page_size = 1000;  ///< keys per listing page (S3's maximum)
+};
+
+/// A control object of an object_store_tier (see object_store_tier::read_control).
+struct control_object {
+  std::string body;
+  std::string etag;                  ///< the store's entity tag, for a conditional replace or delete
+  std::chrono::milliseconds age{0};  ///< since it was last written, by the store's clock (0: unknown)
 };
 
 /// Counts of what an object_store_tier did; `stats()` returns a snapshot.
@@ -338,6 +348,16 @@ inline std::optional<std::string> xml_text(std::string_view xml, std::string_vie
     if (!done) out += '&';
   }
   return out;
+}
+
+/// The time an HTTP-date ("Thu, 03 Dec 2026 17:45:23 GMT") names; nullopt when it is not one.
+inline std::optional<std::chrono::system_clock::time_point> parse_http_date(const std::string& text) {
+  std::tm tm{};
+  const char* end = ::strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  const std::time_t t = ::timegm(&tm);
+  if (t == static_cast<std::time_t>(-1)) return std::nullopt;
+  return std::chrono::system_clock::from_time_t(t);
 }
 
 inline std::string xml_escape(std::string_view s) {
@@ -575,6 +595,43 @@ class object_store_tier {
   [[nodiscard]] const std::string& prefix() const noexcept { return opts_.prefix; }
   [[nodiscard]] const std::string& endpoint() const noexcept { return opts_.endpoint; }
 
+  // ---- control objects: small objects at "<prefix><name>", beside the tier's objects and never
+  // among them (no "<hh>/" in the key), written conditionally. strata's claim on the prefix
+  // (tier/object_store_claim.hpp) is one. Each call waits for the store.
+
+  /// Reads the control object `name` (nullopt: there is none), with its ETag and age (the
+  /// store's Date minus its Last-Modified, so no clock of ours is compared with the store's).
+  [[nodiscard]] std::optional<control_object> read_control(std::string_view name) {
+    control_object o;
+    const auto r = control_call("GET", name, {}, {});
+    if (!r) return std::nullopt;
+    o.body = r->body;
+    if (const auto* e = r->header("etag")) o.etag = *e;
+    const auto* date = r->header("date");
+    const auto* modified = r->header("last-modified");
+    const auto now = date != nullptr ? detail::parse_http_date(*date) : std::nullopt;
+    const auto then = modified != nullptr ? detail::parse_http_date(*modified) : std::nullopt;
+    if (now && then)
+      o.age = std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(*now - *then));
+    return o;
+  }
+  /// Creates the control object `name` only if there is none (If-None-Match: *): its ETag, or
+  /// nullopt when one exists (412; 409 when another conditional write to it was in progress).
+  [[nodiscard]] std::optional<std::string> create_control(std::string_view name, std::string_view body) {
+    return conditional_put(name, body, {"if-none-match", "*"});
+  }
+  /// Replaces the control object `name` only if its ETag is still `etag` (If-Match): the new
+  /// ETag, or nullopt when it changed or is gone.
+  [[nodiscard]] std::optional<std::string> replace_control(std::string_view name, std::string_view body,
+                                                           std::string_view etag) {
+    return conditional_put(name, body, {"if-match", std::string(etag)});
+  }
+  /// Deletes the control object `name` if its ETag is still `etag` (true); false when the store
+  /// refused (it changed, or is gone).
+  bool remove_control(std::string_view name, std::string_view etag) {
+    return control_call("DELETE", name, {}, {{"if-match", std::string(etag)}}).has_value();
+  }
+
  private:
   using headers_t = std::vector<std::pair<std::string, std::string>>;
 
@@ -620,6 +677,44 @@ class object_store_tier {
     std::exception_ptr first_error;
     std::string complete_xml;
   };
+
+  // A request on a control object: the answer, or nullopt for 404 and 412 (409: a concurrent
+  // conditional write).
+  std::optional<detail::http_response> control_call(const char* method, std::string_view name, std::string_view body,
+                                                    headers_t headers) {
+    STRATA_EXPECTS(is_object_name(name.starts_with('.') ? name.substr(1) : name), config_error,
+                   "tier '{}': invalid control object name '{}'", opts_.name, name);
+    completion_promise promise;
+    auto fut = promise.get_future();
+    detail::http_response answer;
+    auto c = make_call(fmt::format("{} (control object)", method), method, opts_.prefix + std::string(name));
+    c->body = std::as_bytes(std::span(body.data(), body.size()));
+    if (!body.empty()) c->payload_sha256 = detail::sha256_hex(c->body);
+    c->headers = std::move(headers);
+    c->done = [&answer, p = std::move(promise)](std::exception_ptr e, detail::http_response&& r) mutable {
+      if (!e) answer = std::move(r);
+      p.complete(e);
+    };
+    issue(c);
+    try {
+      fut.get();
+    } catch (const remote_error& e) {
+      if (e.http_status() == 404 || e.http_status() == 412 || e.http_status() == 409) return std::nullopt;
+      throw;
+    }
+    return answer;
+  }
+
+  std::optional<std::string> conditional_put(std::string_view name, std::string_view body,
+                                             std::pair<std::string, std::string> condition) {
+    const auto r = control_call("PUT", name, body, {std::move(condition)});
+    if (!r) return std::nullopt;
+    if (const auto* e = r->header("etag"); e != nullptr && !e->empty()) return *e;
+    // A single PUT's ETag is the MD5 of its body (a store that does not say it).
+    detail::evp_hasher md5(::EVP_md5());
+    md5.update(std::as_bytes(std::span(body.data(), body.size())));
+    return fmt::format("\"{}\"", detail::sigv4_detail::to_hex(md5.final_bytes()));
+  }
 
   static constexpr std::string_view empty_sha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 

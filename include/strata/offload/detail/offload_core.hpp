@@ -336,15 +336,22 @@ class offload_core {
   /// read (config_error): destroy it. Without this call an optimizer's objects outlive it on the
   /// tier (as a killed one's do); the next optimizer with the same prefix there (a restarted job,
   /// from a checkpoint or fresh) removes and rewrites them before it writes anything. Returns how
-  /// many objects were removed.
+  /// many objects were removed. A removal that fails (a path that is down) does not stop the
+  /// others: every object that can be removed is, then the first failure is rethrown (the tier's
+  /// typed error, naming the object's path), so one failed path never leaves objects on another.
   std::size_t remove_state() {
     check_state("remove_state");
     removed_ = true;
     std::size_t n = 0;
-    for (std::size_t s = 0; s < layout_.subgroups(); ++s) {
-      n += s_->pipeline.tier().remove(object_name(s)) ? 1 : 0;
-      if (layout_.tier_gradients) n += s_->pipeline.tier().remove(offload_layout::gradient_name(offload_.object_prefix, s)) ? 1 : 0;
-    }
+    std::exception_ptr first;
+    for_each_object_name([&](const std::string& name, std::uint64_t) {
+      try {
+        n += s_->pipeline.tier().remove(name) ? 1 : 0;
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    });
+    if (first) std::rethrow_exception(first);
     return n;
   }
 
