@@ -34,8 +34,11 @@ def run(scenario, world, tmp_path, timeout=240):
         for p in procs:  # (a rank that hangs must not outlive the test)
             if p.poll() is None:
                 p.kill()
-    for r, (p, text) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"rank {r} of {scenario} failed:\n{text}"
+    # Every rank that failed, with its exit code (a rank stuck at the last barrier is often the
+    # symptom of another one that died first).
+    failed = [f"rank {r} of {scenario} exited {p.returncode}:\n{text}"
+              for r, (p, text) in enumerate(zip(procs, outputs)) if p.returncode != 0]
+    assert not failed, "\n".join(failed)
     out = [json.loads((tmp_path / f"{scenario}-{r}.json").read_text()) for r in range(world)]
     for o in out:
         if "max_rel" in o:
