@@ -46,39 +46,8 @@ file(REMOVE_RECURSE "${DIR}")
 file(MAKE_DIRECTORY "${DIR}/a")
 file(WRITE "${DIR}/a/notes.txt" "mine")
 
-find_program(CURL curl)
-if(NOT CURL)
-  message(FATAL_ERROR "curl is needed to check what the runs leave in the bucket")
-endif()
 set(curl_config "${DIR}.curl-config")  # beside DIR: DIR must hold only what the runs leave
-file(WRITE "${curl_config}" "")
-file(CHMOD "${curl_config}" PERMISSIONS OWNER_READ OWNER_WRITE)
-file(WRITE "${curl_config}"
-     "user = \"${s3_AWS_ACCESS_KEY_ID}:${s3_AWS_SECRET_ACCESS_KEY}\"\naws-sigv4 = \"aws:amz:${s3_AWS_REGION}:s3\"\n"
-     "silent\nshow-error\nfail\n")
-string(REGEX REPLACE "/+$" "" endpoint "${s3_AWS_ENDPOINT_URL}")
-
-function(s3_request out)
-  execute_process(COMMAND "${CURL}" -K "${curl_config}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE body
-                  ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "curl ${ARGN} failed (${rc}): ${err}")
-  endif()
-  set(${out} "${body}" PARENT_SCOPE)
-endfunction()
-
-function(s3_keys out)
-  string(REPLACE "/" "%2F" encoded "${prefix}/")
-  s3_request(body "${endpoint}/${bucket}?list-type=2&prefix=${encoded}")
-  string(REGEX MATCHALL "<Key>[^<]*</Key>" tagged "${body}")
-  set(keys "")
-  foreach(k IN LISTS tagged)
-    string(REGEX REPLACE "^<Key>(.*)</Key>$" "\\1" k "${k}")
-    list(APPEND keys "${k}")
-  endforeach()
-  list(SORT keys)
-  set(${out} "${keys}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/s3_curl.cmake)
 
 # The user's object, in the prefix before the first run.
 set(foreign_text "a user's object, not strata's: ${now}-${salt}\n")
