@@ -21,12 +21,6 @@ using namespace strata_test;
 
 namespace {
 
-void write_text(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 strata::file_tier_options opts(const fs::path& dir) {
   return file_opts(dir, strata::io_backend::automatic, strata::unlimited_capacity, "own");
 }

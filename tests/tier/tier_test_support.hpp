@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <system_error>
@@ -24,6 +26,13 @@
 namespace strata_test {
 
 namespace fs = std::filesystem;
+
+/// A small file's whole contents, as the ownership tests write and compare a user's files.
+inline void write_text(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+inline std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 /// A directory that exists for the fixture's lifetime.
 class temp_dir {
