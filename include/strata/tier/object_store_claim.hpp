@@ -135,6 +135,12 @@ struct object_store_claim_options {
   std::chrono::milliseconds lease{60'000};
   std::chrono::milliseconds renew_every{0};  ///< 0: lease / 4
   std::optional<claim_identity> identity{};  ///< the owner's (tests fake other hosts); none: this process
+  /// After taking over a crashed owner's claim, wait this long before removing its objects: a
+  /// PUT it sent whole just before it died may still be in the store's hands, and would land
+  /// after the removal, over this run's object of that name. One that lands later still is a
+  /// stale object under a name of this run's, which the checksummed stack refuses
+  /// (integrity_error), never uses. 0: no wait.
+  std::chrono::milliseconds settle{1'000};
 };
 
 /// Whether `name` is named like strata's objects ("<scope>.sg-<i>", "<scope>.gr-<i>"); its scope.
@@ -180,6 +186,7 @@ class object_store_claim {
     claimed_ms_ = now_ms();
     acquire();
     try {
+      if (taken_over_ && !last_owner_.empty() && opts_.settle.count() > 0) std::this_thread::sleep_for(opts_.settle);
       if (taken_over_ || opts_.adopt_existing) reclaim();
       if (taken_over_ && !last_owner_.empty())  // (a released claim is taken without a word)
         notice(fmt::format("{}: took over the claim of {}; its {} object{} removed", where(), last_owner_,
