@@ -418,13 +418,15 @@ int run(const config& c) {
 
   // 1. Offloaded: the "strata" preset over two file paths and a host cache, updates where --site
   //    says, gradients and weights in device memory.
+  // doc-snippet: gpu_optimizer
   using P = strata::presets::strata_preset;
   using tier_t = P::paths<strata::file_tier, strata::file_tier>;
   using optimizer_t =
       strata::offloaded_adamw<tier_t, P::eviction, P::order, strata::cuda_executor, strata::alternating_site>;
   tier_t tier(P::placement(), mlp_example::state_path(dirs[0]), mlp_example::state_path(dirs[1]));
-  strata::cuda_executor exec;
+  strata::cuda_executor exec;  // device 0, its own h2d, compute and d2h streams
   optimizer_t opt(tier, exec, init, adamw, P::options(net.params, adamw, base), {}, {}, c.site);
+  // doc-snippet-end
   const at_exit remove_state([&] {  // our objects (then state_dirs removes the directories if empty)
     if (c.keep) return;
     for (std::size_t s = 0; s < opt.subgroup_count(); ++s) try {
@@ -446,18 +448,22 @@ int run(const config& c) {
   const strata::device_span<const strata::bf16> device_grads(grads.data(), net.params);
   // Subgroups [handed, count) have their gradients handed over in this step; backward completes
   // them from the last one down.
+  // doc-snippet: gpu_hand_over
   std::size_t handed = opt.subgroup_count();
-  const auto hand_over = [&](std::size_t first) {
+  const auto hand_over = [&](std::size_t first) {  // backward has finished every gradient from `first` on
     if (handed == 0 || opt.begin(handed - 1) < first) return;  // none complete yet
     const auto ready = gpu.stream().record();
-    for (; handed > 0 && opt.begin(handed - 1) >= first; --handed)
+    for (; handed > 0 && opt.begin(handed - 1) >= first; --handed)  // returns at once; D2H after `ready`
       opt.accept_gradients(handed - 1, device_grads.subspan(opt.begin(handed - 1), opt.length(handed - 1)), ready);
   };
+  // doc-snippet-end
   std::size_t device_updates = 0, host_updates = 0;
   std::vector<strata::path_traffic> traffic;  // summed over the steps
   auto t0 = std::chrono::steady_clock::now();
   const auto losses = train(c, net, data, gpu, model.data(), grads.data(), true, hand_over, [&](double lr) {
+    // doc-snippet: gpu_step
     const auto st = opt.step(lr, model.span());  // returns with the updated weights in `model`
+    // doc-snippet-end
     handed = opt.subgroup_count();
     device_updates += st.device_updates;
     host_updates += st.subgroups - st.device_updates;

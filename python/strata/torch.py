@@ -5,7 +5,7 @@ parameter live in files under ``paths`` (NVMe, a parallel file system, an S3 buc
 bounded host cache, and are streamed through strata's pipeline at each step; the model's own
 tensors (fp32, bf16 or fp16, on the CPU or a GPU) receive the updated weights in place. The update
 is AdamW's, the same arithmetic as torch.optim.AdamW(foreach=False) up to the order of
-floating-point operations (see the README's PyTorch section for the measured agreement).
+floating-point operations (see docs/pytorch.md for the measured agreement).
 
 It trains as torch's AdamW does wherever that one is used:
 
