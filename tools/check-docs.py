@@ -15,6 +15,7 @@ Rules (docs/README.md, "How the pages are kept true", says them for writers):
     script, or a Python test file pytest collects.
   * Every relative link (and its #anchor) resolves; every repo path named in `backticks` exists.
   * Every page under docs/ is linked from docs/README.md; README.md has at most --max-readme lines.
+  * Every public header (include/strata) opens with a comment: its contract, the API reference.
 Exit status 1 and one line per problem (PAGE:LINE: what) when anything fails.
 """
 
@@ -413,6 +414,15 @@ class Checker:
         if not any(c.exists() for c in candidates):
             self.problem(page, line, f"`{token}` names a path that does not exist")
 
+    def check_headers(self):
+        include = self.root / "include" / "strata"
+        for h in sorted(include.rglob("*")) if include.is_dir() else []:
+            if h.suffix not in (".hpp", ".cuh", ".h"):
+                continue
+            first = next((l for l in h.read_text(encoding="utf-8", errors="replace").split("\n") if l.strip() and l.strip() != "#pragma once"), "")
+            if not first.lstrip().startswith("//"):
+                self.problem(str(h.relative_to(self.root)), 1, "a public header must open with a comment stating its contract")
+
     def check_index(self, pages):
         index = self.root / "docs" / "README.md"
         docs = [p for p in pages if p.startswith("docs/") and p != "docs/README.md"]
@@ -441,6 +451,7 @@ def main():
         c.check_page(p)
     if not args.pages:
         c.check_index(pages)
+        c.check_headers()
     for p in c.problems:
         print(p)
     print(f"check-docs: {len(pages)} pages, {len(c.problems)} problems", file=sys.stderr)

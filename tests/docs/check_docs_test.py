@@ -30,6 +30,7 @@ PAGES = {
           // doc-snippet-end
         }
         """),
+    "include/strata/core/thing.hpp": "#pragma once\n// thing: what it promises.\n",
     "tools/run.sh": "#!/bin/sh\n# usage: run.sh [--alpha N] [--beta]\n",
     "README.md": textwrap.dedent(f"""\
         # demo
@@ -144,6 +145,10 @@ class CheckDocsTest(unittest.TestCase):
 
     def test_a_page_missing_from_the_index_is_reported(self):
         self.expect({"docs/other.md": "# Other\n"}, "the page index does not link docs/other.md")
+
+    def test_a_public_header_without_its_contract_comment_is_reported(self):
+        self.expect({"include/strata/core/thing.hpp": "#pragma once\nint thing();\n"},
+                    "include/strata/core/thing.hpp:1: a public header must open with a comment")
 
     def test_a_readme_over_its_line_limit_is_reported(self):
         rc, out = self.run_checker(self.make(), "--max-readme", "3")
