@@ -566,6 +566,10 @@ class OffloadedAdamW(torch.optim.Optimizer):
         """As torch's; the group's parameters get their state when they first have a gradient."""
         params = param_group["params"]
         params = [params] if isinstance(params, torch.Tensor) else list(params)
+        # The list goes back into the group, as torch does: a generator (`m.parameters()`) handed to
+        # torch's add_param_group after list() drained it would leave the group empty, and those
+        # parameters would never be trained.
+        param_group["params"] = params
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         gi = len(self.param_groups)
         for i, p in enumerate(params):

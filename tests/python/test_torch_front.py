@@ -406,3 +406,26 @@ def test_a_closed_optimizer_refuses_to_step_and_its_hooks_are_gone(tmp_path):
     reopened.zero_grad()
     train(model, reopened, 1)
     assert reopened.native.step_count == 1
+
+
+def test_groups_given_as_generators_keep_every_parameter_and_train_as_torch(tmp_path):
+    ref_model, model = make_model(), make_model()
+
+    def generator_groups(m):  # the way people write it: {"params": layer.parameters()}
+        return [{"params": m[0].parameters(), "weight_decay": 0.1}, {"params": (p for p in m[2].parameters())}]
+
+    ref = torch.optim.AdamW(generator_groups(ref_model), lr=2e-2, foreach=False)
+    opt = strata_opt(model, tmp_path, params=generator_groups(model), lr=2e-2)
+    assert [len(g["params"]) for g in opt.param_groups] == [len(g["params"]) for g in ref.param_groups] == [2, 2]
+    for t in range(3):
+        for m, o in ((ref_model, ref), (model, opt)):
+            o.zero_grad()
+            backward_with(m, grads_for(m, t))
+            o.step()
+    assert max_rel(ref_model, model) < REL
+    added_ref, added = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    added.load_state_dict(added_ref.state_dict())
+    ref.add_param_group({"params": added_ref.parameters()})
+    opt.add_param_group({"params": added.parameters()})
+    assert len(opt.param_groups[-1]["params"]) == len(ref.param_groups[-1]["params"]) == 2
+    opt.close()
