@@ -33,9 +33,11 @@ def rank_main(rank, args, results):
     torch.set_num_threads(1)
     ref_model, model = make_model(args.width), make_model(args.width)
     ref_ddp = torch.nn.parallel.DistributedDataParallel(ref_model)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
     ref = torch.optim.AdamW(ref_ddp.parameters(), lr=1e-3, foreach=False)
+    # doc-snippet: ddp_optimizer
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = OffloadedAdamW(ddp.parameters(), lr=1e-3, paths=[os.path.join(args.dir, "nvme-{rank}")], threads=1)
+    # doc-snippet-end
     for step in range(args.steps):
         g = torch.Generator().manual_seed(1000 * step + rank)  # each rank its own batch
         x, y = torch.randn(16, args.width, generator=g), torch.randn(16, args.width, generator=g)
