@@ -1,4 +1,5 @@
-"""The code of docs/pytorch.md and docs/distributed.md, run as the pages show it.
+"""The Python code of README.md, docs/getting-started.md, docs/pytorch.md and docs/distributed.md,
+run as the pages show it.
 
 Each `# doc-snippet: NAME` ... `# doc-snippet-end` region below is a Python block of those pages
 (tools/check-docs.py checks that the page shows it unchanged); each test runs its region for real,
