@@ -319,6 +319,8 @@ class Checker:
             if text is None:
                 self.problem(page, line, f"{prog}: no such program (not built, no source found)")
                 return
+        if "benchmark/benchmark.h" in text:  # Google Benchmark's own options
+            options = [o for o in options if not o.startswith("--benchmark_")]
         for o in options:
             if not re.search(re.escape(o) + r"(?![\w-])", text):
                 self.problem(page, line, f"{prog}{' ' + sub if sub else ''} does not take {o}")
@@ -342,8 +344,11 @@ class Checker:
         return self._help[key]
 
     def program_source(self, name):
+        bench = re.match(r"^strata_(\w+)_bench$", name)  # strata_core_bench: bench/core_bench.cpp
         sources = {"strata-bench": ["bench/strata_bench"]}.get(name, [f"examples/{name}.cpp", f"examples/{name}.cu",
                                                                       f"bench/{name}.cpp"])
+        if bench:
+            sources.append(f"bench/{bench.group(1)}_bench.cpp")
         text = []
         for s in sources:
             p = self.root / s
