@@ -10,6 +10,7 @@
 
 #include <strata/strata.hpp>
 
+// doc-snippet: kernel
 // How to update one subgroup: the pipeline hands over its state (w | m, fp32) in a host slot.
 struct sgd_momentum {
   std::span<const float> grads;  // of every parameter
@@ -27,9 +28,11 @@ struct sgd_momentum {
   }
   void committed(std::size_t) {}  // the update of subgroup s is in: count it, log it, ...
 };
+// doc-snippet-end
 
 int main(int argc, char** argv) {
   const std::filesystem::path root = argc > 1 ? argv[1] : "strata-custom-pipeline";
+  // doc-snippet: tiers
   using pfs_t = strata::limited<strata::file_tier, strata::counting_limiter>;  // node_limiter: node-wide
   using paths_t = strata::multipath<strata::bandwidth_proportional, strata::file_tier, pfs_t&>;
   strata::counting_limiter pfs_lock(1);  // one request at a time on the PFS link, queued without blocking
@@ -39,7 +42,9 @@ int main(int argc, char** argv) {
                strata::file_tier_options{.directory = root / "nvme", .name = "nvme", .read_bandwidth = 2e9,
                                          .write_bandwidth = 2e9},
                pfs);
+  // doc-snippet-end
 
+  // doc-snippet: pipeline
   const std::size_t n = 1 << 20, sg = 1 << 17;  // 8 subgroups of 128 Ki parameters
   std::vector<strata::pipeline_object> objects;
   for (std::size_t s = 0; s < n / sg; ++s) objects.push_back({"sgd.sg-" + std::to_string(s), sg * 2 * sizeof(float)});
@@ -51,7 +56,9 @@ int main(int argc, char** argv) {
     const auto f = std::span(reinterpret_cast<float*>(state.data()), state.size() / sizeof(float));
     for (std::size_t i = 0; i < f.size(); ++i) f[i] = i < f.size() / 2 ? 1.0f : 0.0f;
   });
+  // doc-snippet-end
 
+  // doc-snippet: steps
   const std::vector<float> grads(n, 0.5f);
   sgd_momentum sgd{grads, sg, 0.1f, 0.9f};
   for (std::uint64_t step = 0; step < 3; ++step) {
@@ -62,12 +69,15 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(st.cache_hits), strata::format_size(st.bytes_read).c_str(),
                 strata::format_size(st.bytes_written).c_str());
   }
+  // doc-snippet-end
+  // doc-snippet: visit
   float w = 0;
   pipe.visit([&](std::size_t s, std::span<const std::byte> state) {
     if (s == 7) w = reinterpret_cast<const float*>(state.data())[0];
   });
   const float expected = 1.0f - 0.1f * (0.5f + 0.95f + 1.355f);  // m: 0.5, 0.95, 1.355
   std::printf("w: 1 -> %.4f (expected %.4f)\n", static_cast<double>(w), static_cast<double>(expected));
+  // doc-snippet-end
 
   for (const auto& o : objects) tier.remove(o.name);  // clean up what we created
   std::error_code ec;

@@ -49,6 +49,40 @@ add_test(NAME strata_example_custom_pipeline_runs
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:custom_pipeline>
                  ${strata_examples_dir}/custom_pipeline)
 
+# docs/extending.md: a tier, an eviction policy and a C front written outside the library, each
+# plugged into the optimizer; each program exits 1 when what its name says does not hold.
+add_test(NAME strata_example_mmap_tier_state_is_bit_identical_to_host_memory
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0 "-DEXPECT_OUTPUT=step 4: 8 subgroups.*bit-identical to host memory: yes"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:extending_mmap_tier>
+                 ${strata_examples_dir}/mmap_tier)
+add_test(NAME strata_example_mru_policy_hits_where_lru_does_not_and_state_is_bit_identical
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0
+                 "-DEXPECT_OUTPUT=mru: 0 [1-9].*lru: 0 0 0 0 0.*bit-identical to the default optimizer's: yes" -P
+                 ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:extending_mru_policy>)
+add_test(NAME strata_example_c_api_trains_and_resumes_bit_identically
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0 "-DEXPECT_OUTPUT=step 5: loss.*step 7, bit-identical: yes"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:extending_c_api> train
+                 ${strata_examples_dir}/c_api)
+add_test(NAME strata_example_c_api_reports_errors_with_status_and_message
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0
+                 "-DEXPECT_OUTPUT=bad preset: status 1, .make_offloaded_adamw: unknown preset .*negative lr: status 1"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:extending_c_api> errors
+                 ${strata_examples_dir}/c_api_errors)
+set_tests_properties(strata_example_mmap_tier_state_is_bit_identical_to_host_memory
+                     strata_example_mru_policy_hits_where_lru_does_not_and_state_is_bit_identical
+                     strata_example_c_api_trains_and_resumes_bit_identically
+                     strata_example_c_api_reports_errors_with_status_and_message PROPERTIES LABELS example)
+# ... and from Python, through ctypes alone (no binding code). Not in sanitizer builds: a python3
+# that was not linked with the sanitizer's runtime cannot load a library built with it.
+if(NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
+  add_test(NAME strata_example_c_api_drives_the_optimizer_from_python_ctypes
+           COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0
+                   "-DEXPECT_OUTPUT=3 steps from Python.*master weights: True.*bad preset: status 1" -P
+                   ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- python3
+                   ${PROJECT_SOURCE_DIR}/examples/extending/c_api_ctypes.py $<TARGET_FILE:strata_c>)
+  set_tests_properties(strata_example_c_api_drives_the_optimizer_from_python_ctypes PROPERTIES LABELS example)
+endif()
+
 set_tests_properties(strata_example_custom_pipeline_runs strata_example_quickstart_runs strata_example_train_mlp_runs strata_example_train_mlp_lists_options
                      strata_example_train_mlp_rejects_unknown_option strata_example_train_mlp_rejects_bad_number
                      PROPERTIES LABELS example)
