@@ -95,6 +95,13 @@ class _Group:
         self.group = None
         self.world, self.rank, self.local_rank = 1, 0, 0
         self.pending = False
+        # The tensors of the last collectives, kept until the next ones. gloo's worker thread
+        # drops its reference to a finished collective's tensors a moment after wait() returns;
+        # were that the last one, the tensor would be freed on that thread, which takes the GIL
+        # to do it, and torch 1.13 destroys a process group (at exit, from DDP's reducer) with
+        # the GIL held while it joins that thread: the process hangs at exit (seen in our tests
+        # with a collective of the test's own). Kept here, they are freed on the Python thread.
+        self.last_tensors: List[torch.Tensor] = []
         if dist is not None:
             self.group = process_group if process_group is not None else dist.group.WORLD
             self.world = dist.get_world_size(self.group)
@@ -143,6 +150,7 @@ class _Group:
             return values
         t = torch.tensor(values, dtype=torch.float64, device=self.comm_device())
         self.dist.all_reduce(t, group=self.group)
+        self.last_tensors = [t]
         return t.cpu().tolist()
 
     def global_rank(self, r: int) -> int:
@@ -949,7 +957,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
     def _exchange_weights(self) -> None:
         """Sharded: every rank's updated share to every other rank, in place in each model."""
         g = self._group
-        handles = []
+        handles, views = [], []
         for seg in self._segments:
             shares = _shares(seg.numel, seg.subgroup, g.world)
             for r, (lo, hi) in enumerate(shares):
@@ -959,9 +967,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
                     if a >= b:
                         continue
                     view = local.detach().view(-1)[a - off:b - off]
+                    views.append(view)
                     handles.append(g.dist.broadcast(view, src=g.global_rank(r), group=g.group, async_op=True))
         for h in handles:
             h.wait()
+        g.last_tensors = views
 
     @staticmethod
     def _merge_stats(stats: list, counts: dict) -> dict:
@@ -1222,6 +1232,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
                             part = t[a:b].to(dev)
                             g.dist.broadcast(part, src=g.global_rank(r), group=g.group)
                             t[a:b].copy_(part.cpu())
+                            g.last_tensors = [part]
             for p, off in zip(seg.params, seg.offsets):
                 k = _local(p).numel()
                 if k == 0:

@@ -50,10 +50,18 @@ def flat(m):
     return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
 
 
+# Tensors of the worker's own collectives, kept to the end of the process: gloo's worker thread
+# drops its reference a moment after all_gather returns, and torch 1.13 can hang at exit if that
+# is the last one (it frees the tensor taking the GIL while DDP's process group is destroyed with
+# the GIL held, waiting for that thread). Seen here with three ranks, about one run in fifteen.
+_collective_tensors = []
+
+
 def same_on_every_rank(m):
     mine = flat(m)
     theirs = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(theirs, mine)
+    _collective_tensors.extend([mine] + theirs)
     return all(torch.equal(mine, t) for t in theirs)
 
 
