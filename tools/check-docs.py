@@ -338,7 +338,9 @@ class Checker:
             cmd = [str(binary)] + ([sub] if sub else []) + ["--help"]
             try:
                 r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-                self._help[key] = r.stdout + r.stderr
+                # A program that cannot even print its help here (an MPI program outside mpirun
+                # under a sanitizer) is judged by its source instead.
+                self._help[key] = r.stdout + r.stderr if r.returncode == 0 else None
             except (OSError, subprocess.TimeoutExpired):
                 self._help[key] = None
         return self._help[key]
