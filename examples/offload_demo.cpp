@@ -206,7 +206,7 @@ int run(int argc, char** argv) {
     const auto layout = strata::offload_layout::of(params, cfg.adamw, cfg.offload);
     std::uint64_t host_paths = 0;
     for (const auto& p : cfg.paths) host_paths += p.directory.empty() && p.url.empty() ? 1 : 0;
-    const std::uint64_t state = host_paths > 0 ? params * layout.sections * sizeof(float) : 0;
+    const std::uint64_t state = host_paths > 0 ? params * layout.state_bytes_per_param() : 0;
     strata::require_physical_memory(
         params * (sizeof(float) + sizeof(strata::bf16)) + layout.bookkeeping_bytes() + state,
         fmt::format("the demo's {} parameters in {} subgroups (weights, gradients, {} of bookkeeping{})", params,

@@ -59,6 +59,11 @@ add_test(NAME strata_example_mru_policy_hits_where_lru_does_not_and_state_is_bit
          COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0
                  "-DEXPECT_OUTPUT=mru: 0 [1-9].*lru: 0 0 0 0 0.*bit-identical to the default optimizer's: yes" -P
                  ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:extending_mru_policy>)
+add_test(NAME strata_example_lion_offload_is_bit_identical_to_its_flat_kernel_and_resumes
+         COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0
+                 "-DEXPECT_OUTPUT=Lion state: exp_avg:f32 .8 bytes.*bit-identical to the flat kernel: yes; resumed, step 5: yes.*'lion'"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:extending_lion_offload>
+                 ${strata_examples_dir}/lion_offload)
 add_test(NAME strata_example_c_api_trains_and_resumes_bit_identically
          COMMAND ${CMAKE_COMMAND} -DEXPECT_RC=0 "-DEXPECT_OUTPUT=step 5: loss.*step 7, bit-identical: yes"
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake -- $<TARGET_FILE:extending_c_api> train
@@ -70,6 +75,7 @@ add_test(NAME strata_example_c_api_reports_errors_with_status_and_message
                  ${strata_examples_dir}/c_api_errors)
 set_tests_properties(strata_example_mmap_tier_state_is_bit_identical_to_host_memory
                      strata_example_mru_policy_hits_where_lru_does_not_and_state_is_bit_identical
+                     strata_example_lion_offload_is_bit_identical_to_its_flat_kernel_and_resumes
                      strata_example_c_api_trains_and_resumes_bit_identically
                      strata_example_c_api_reports_errors_with_status_and_message PROPERTIES LABELS example)
 # ... and from Python, through ctypes alone (no binding code). Not in sanitizer builds: a python3

@@ -84,7 +84,8 @@ int run(args& a) {
   const offload_layout layout = offload_layout::of(n, ao, off);
   off.host_cache_bytes = layout.cache_bytes(layout.subgroups());
   // A step's device traffic: the state and bf16 gradients in, the state out (no model copy).
-  const device_traffic traffic{static_cast<double>(layout.sections * 4 + 2), static_cast<double>(layout.sections * 4)};
+  const device_traffic traffic{static_cast<double>(layout.state_bytes_per_param() + 2),
+                               static_cast<double>(layout.state_bytes_per_param())};
   // As many device updates in flight as the options ask and the device's free memory holds.
   const std::size_t depth = update_cost_model::fitting_depth(
       off.device_depth, exec.device_budget() - exec.device_used(), layout.max_state_bytes() + layout.device_extra_bytes());

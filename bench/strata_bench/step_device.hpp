@@ -99,7 +99,8 @@ int run_device_steps(const device_step_config& c, Exec& exec, std::string_view k
   // The rates as a user would measure them, on this executor: the cost model starts from them.
   thread_pool pool(static_cast<std::size_t>(c.threads), "probe");
   const update_rates rates = measure_update_rates(exec, sg, c.threads > 1 ? &pool : nullptr);
-  const device_traffic traffic{static_cast<double>(layout.sections * 4 + 2), static_cast<double>(layout.sections * 4)};
+  const device_traffic traffic{static_cast<double>(layout.state_bytes_per_param() + 2),
+                               static_cast<double>(layout.state_bytes_per_param())};
   const std::size_t depth = update_cost_model::fitting_depth(
       off.device_depth, exec.device_budget() - exec.device_used(), layout.max_state_bytes() + layout.device_extra_bytes());
   if (bound_rates.h2d <= 0) bound_rates.h2d = rates.h2d_bytes_per_s;

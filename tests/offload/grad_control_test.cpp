@@ -313,14 +313,20 @@ TEST_CASE("a checkpoint keeps the loss scale and its growth tracker; a version 1
   plain_off.loss_scaling.enabled = false;
   CHECK(opt_t::load(dir.path(), tier3, plain_off).loss_scale() == 1.0f);
 
-  // A version 1 manifest (before loss scaling was saved) parses, with scaling off.
+  // A version 1 manifest (before loss scaling was saved, and before rules were recorded) parses,
+  // with scaling off: its head as version 1 wrote it, then this checkpoint's data lines.
   strata::checkpoint_manifest m = opt_t::load_manifest(dir.path());
   std::string text = m.to_text();
   text = text.substr(0, text.rfind("checksum "));
-  const auto cut = text.find("loss_scaling ");
-  const auto cut_end = text.find("data ");
-  text = text.substr(0, cut) + text.substr(cut_end);
-  text.replace(0, strata::checkpoint_manifest::magic.size(), strata::checkpoint_manifest::magic_v1);
+  const strata::adamw_options saved = strata::adamw_rule::load_options(m.options);
+  std::string head = fmt::format("{}\nstep {}\nparams {}\nsubgroup_elems {}\nsections {}\n",
+                                 strata::checkpoint_manifest::magic_v1, m.step, m.params, m.subgroup_elems,
+                                 saved.amsgrad ? 4 : 3);
+  head += fmt::format("lr {:a}\nbeta1 {:a}\nbeta2 {:a}\neps {:a}\nweight_decay {:a}\n", saved.lr, saved.beta1,
+                      saved.beta2, saved.eps, saved.decay());
+  head += fmt::format("decoupled {}\namsgrad {}\nmaximize {}\n", int(saved.decoupled), int(saved.amsgrad),
+                      int(saved.maximize));
+  text = head + text.substr(text.find("data "));
   text += fmt::format("checksum {:#018x}\n", strata::checksum64(std::as_bytes(std::span(text.data(), text.size()))));
   const auto v1 = strata::checkpoint_manifest::parse(text, "v1");
   CHECK_FALSE(v1.loss_scaling);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "strata/optim/adamw_cuda.cuh"
+#include "cuda_test_support.cuh"
 #include "test_support.hpp"
 
 template <class G, class H>
@@ -17,23 +18,9 @@ double cpu_sum_squares(const G* g, std::size_t n, float scale);
 
 namespace {
 
-template <class T>
-struct device_array {
-  T* ptr = nullptr;
-  explicit device_array(std::size_t n) { STRATA_CUDA_TRY(cudaMalloc(&ptr, (n + 8) * sizeof(T))); }
-  ~device_array() { (void)cudaFree(ptr); }
-  device_array(const device_array&) = delete;
-  device_array& operator=(const device_array&) = delete;
-};
-
-template <class T>
-void put(T* dst, const std::vector<T>& src, cudaStream_t s) {
-  STRATA_CUDA_TRY(cudaMemcpyAsync(dst, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice, s));
-}
-template <class T>
-void get(std::vector<T>& dst, const T* src, cudaStream_t s) {
-  STRATA_CUDA_TRY(cudaMemcpyAsync(dst.data(), src, dst.size() * sizeof(T), cudaMemcpyDeviceToHost, s));
-}
+using strata_test::device_array;
+using strata_test::get;
+using strata_test::put;
 
 template <class G, class H>
 void check_pair() {

@@ -13,6 +13,25 @@
 
 namespace strata_test {
 
+/// Gradient i of a random test state: normal values scaled by `magnitude` and spread over eleven
+/// decades, with a zero and a negative zero now and then.
+inline float awkward_grad(std::mt19937& rng, std::normal_distribution<float>& normal,
+                          std::uniform_int_distribution<int>& decade, std::size_t i, float magnitude) {
+  float g = normal(rng) * magnitude * std::pow(10.0f, static_cast<float>(decade(rng)));
+  if (i % 97 == 5) g = 0;
+  if (i % 89 == 7) g = -0.0f;
+  return g;
+}
+
+/// A model-copy value no update writes (0xdead for the 16-bit types).
+template <class H>
+H unwritten() {
+  if constexpr (std::is_same_v<H, float>)
+    return -12345.0f;
+  else
+    return H::from_bits(0xdead);
+}
+
 /// fp32 master weights and moments plus gradients and a model copy, filled with random values
 /// of realistic and awkward magnitudes (including subnormals and zeros in the gradients).
 template <class G, class H>
@@ -30,14 +49,8 @@ struct state {
       m[i] = normal(rng) * 1e-2f;
       v[i] = std::fabs(normal(rng)) * 1e-4f;
       vmax[i] = v[i] * 1.5f * static_cast<float>(i % 2);  // half below v, half above
-      float gi = normal(rng) * grad_magnitude * std::pow(10.0f, static_cast<float>(decade(rng)));
-      if (i % 97 == 5) gi = 0;
-      if (i % 89 == 7) gi = -0.0f;
-      g[i] = G(gi);
-      if constexpr (std::is_same_v<H, float>)
-        out[i] = -12345.0f;  // a value no update writes, as 0xdead for the 16-bit types
-      else
-        out[i] = H::from_bits(0xdead);
+      g[i] = G(awkward_grad(rng, normal, decade, i, grad_magnitude));
+      out[i] = unwritten<H>();
     }
   }
 

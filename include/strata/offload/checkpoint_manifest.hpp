@@ -1,34 +1,44 @@
 #pragma once
-/// The manifest of an offloaded_adamw checkpoint: a small text file ("manifest") that names the
-/// data file of the checkpoint and records everything needed to resume bit-identically (step
-/// count, hyper-parameters as exact hexadecimal floats, the subgroup layout) plus one XXH3-64
-/// checksum per subgroup. Its last line is the checksum of every line before it, so a truncated
-/// or edited manifest is refused with integrity_error. It is published with write_file_atomic
-/// (fsync), after the data file is fsync'ed: a reader sees the previous checkpoint or this one.
+/// The manifest of an offloaded optimizer's checkpoint: a small text file ("manifest") that names
+/// the data file of the checkpoint and records everything needed to resume bit-identically (the
+/// update rule and its state format, step count, hyper-parameters as exact hexadecimal floats,
+/// the subgroup layout) plus one XXH3-64 checksum per subgroup. Its last line is the checksum of
+/// every line before it, so a truncated or edited manifest is refused with integrity_error. It is
+/// published with write_file_atomic (fsync), after the data file is fsync'ed: a reader sees the
+/// previous checkpoint or this one.
 ///
-///   strata-offloaded-adamw-checkpoint 2
+///   strata-offload-checkpoint 4
+///   rule adamw                        (the update rule's tag: update_rule)
+///   state exp_avg:f32,exp_avg_sq:f32  (its arrays after the fp32 master weights; "-" for none)
 ///   step 12
 ///   params 1000003
 ///   subgroup_elems 65536
-///   sections 3
-///   lr 0x1.0624dd2f1a9fcp-10
-///   ... (beta1 beta2 eps weight_decay decoupled amsgrad maximize)
+///   options 8                         (the rule's hyper-parameters, by name)
+///   option lr 0x1.0624dd2f1a9fcp-10
+///   ... (AdamW: beta1 beta2 eps weight_decay decoupled amsgrad maximize)
 ///   loss_scaling 1                    (dynamic loss scaling: whether it was on, its scale and
-///   loss_scale 0x1p+16                 growth tracker; version 1 manifests have none of these
-///   growth_tracker 37                  and are still read)
+///   loss_scale 0x1p+16                 growth tracker)
+///   growth_tracker 37
 ///   step_runs 2                       (steps each parameter has taken, as runs from a first
-///   run 0 12                           parameter: param_steps; version 1 and 2 manifests have
-///   run 4096 11                        none, every parameter then took `step`)
+///   run 0 12                           parameter: param_steps)
+///   run 4096 11
 ///   data state-12-5f3a9c.bin
 ///   data_bytes 12000036
 ///   sg 0 786432 0x1234abcd...        (subgroup, bytes, checksum; offsets follow in order)
 ///   checksum 0x9e3779b97f4a7c15
+///
+/// Manifests of versions 1 to 3 ("strata-offloaded-adamw-checkpoint N", written before the
+/// engine was generic over rules) are AdamW's: after subgroup_elems they have "sections 3" (or 4
+/// with amsgrad) and the eight AdamW options as bare "lr 0x..." lines; version 1 has no loss
+/// scaling lines, versions 1 and 2 no step runs (every parameter then took `step`). They are still
+/// read.
 
 #include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,21 +47,26 @@
 
 #include "strata/core/error.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/adamw_rule.hpp"
 #include "strata/optim/param_steps.hpp"
+#include "strata/optim/update_rule.hpp"
 #include "strata/tier/checksummed.hpp"
 
 namespace strata {
 
 /// What a checkpoint manifest records.
 struct checkpoint_manifest {
-  static constexpr std::string_view magic = "strata-offloaded-adamw-checkpoint 3";
+  static constexpr std::string_view magic = "strata-offload-checkpoint 4";
+  static constexpr std::string_view magic_v3 = "strata-offloaded-adamw-checkpoint 3";
   static constexpr std::string_view magic_v2 = "strata-offloaded-adamw-checkpoint 2";
   static constexpr std::string_view magic_v1 = "strata-offloaded-adamw-checkpoint 1";
+  std::string rule{adamw_rule::tag};  ///< the update rule's tag
+  /// Its state arrays after the master weights (describe(state_format)); AdamW's by default.
+  std::string state = describe(adamw_rule::format(adamw_options{}));
   std::uint64_t step = 0;
   std::uint64_t params = 0;
   std::uint64_t subgroup_elems = 0;
-  std::uint64_t sections = 3;  ///< fp32 arrays per parameter: master, m, v (and max v with amsgrad)
-  adamw_options options{};
+  rule_option_values options = adamw_rule::save_options(adamw_options{});  ///< the rule's hyper-parameters
   bool loss_scaling = false;        ///< dynamic loss scaling was on (false in version 1 manifests)
   float loss_scale = 1;             ///< its scale when saved
   std::int64_t growth_tracker = 0;  ///< its clean steps in a row
@@ -63,12 +78,9 @@ struct checkpoint_manifest {
   std::vector<std::uint64_t> checksums;  ///< XXH3-64 of each subgroup's state bytes
 
   [[nodiscard]] std::string to_text() const {
-    std::string body = fmt::format("{}\nstep {}\nparams {}\nsubgroup_elems {}\nsections {}\n", magic, step, params,
-                                   subgroup_elems, sections);
-    body += fmt::format("lr {:a}\nbeta1 {:a}\nbeta2 {:a}\neps {:a}\nweight_decay {:a}\n", options.lr, options.beta1,
-                        options.beta2, options.eps, options.decay());
-    body += fmt::format("decoupled {}\namsgrad {}\nmaximize {}\n", int(options.decoupled), int(options.amsgrad),
-                        int(options.maximize));
+    std::string body = fmt::format("{}\nrule {}\nstate {}\nstep {}\nparams {}\nsubgroup_elems {}\noptions {}\n", magic,
+                                   rule, state.empty() ? "-" : state, step, params, subgroup_elems, options.size());
+    for (const auto& [name, value] : options) body += fmt::format("option {} {:a}\n", name, value);
     body += fmt::format("loss_scaling {}\nloss_scale {:a}\ngrowth_tracker {}\n", int(loss_scaling),
                         static_cast<double>(loss_scale), growth_tracker);
     if (step_runs.empty()) {
@@ -116,23 +128,51 @@ struct checkpoint_manifest {
         throw bad(fmt::format("expected '{}' at line {}, found '{}'", key, i, line));
       return line.substr(key.size() + 1);
     };
-    if (lines.empty() || (lines[0] != magic && lines[0] != magic_v2 && lines[0] != magic_v1))
-      throw bad("not a strata offloaded_adamw checkpoint of a version this build reads (bad first line)");
+    if (lines.empty() ||
+        (lines[0] != magic && lines[0] != magic_v3 && lines[0] != magic_v2 && lines[0] != magic_v1))
+      throw bad("not a strata offload checkpoint of a version this build reads (bad first line)");
     const bool v1 = lines[0] == magic_v1;
-    const bool v3 = lines[0] == magic;
+    const bool v4 = lines[0] == magic;
+    const bool runs_recorded = v4 || lines[0] == magic_v3;
     i = 1;
+    if (v4) {
+      m.rule = std::string(next("rule"));
+      const std::string_view st = next("state");
+      m.state = st == "-" ? std::string() : std::string(st);
+      if (!valid_name(m.rule)) throw bad(fmt::format("bad rule '{}'", m.rule));
+      if (!state_bytes_per_param(m.state)) throw bad(fmt::format("bad state format '{}'", m.state));
+    }
     m.step = parse_u64(next("step"), bad);
     m.params = parse_u64(next("params"), bad);
     m.subgroup_elems = parse_u64(next("subgroup_elems"), bad);
-    m.sections = parse_u64(next("sections"), bad);
-    m.options.lr = parse_double(next("lr"), bad);
-    m.options.beta1 = parse_double(next("beta1"), bad);
-    m.options.beta2 = parse_double(next("beta2"), bad);
-    m.options.eps = parse_double(next("eps"), bad);
-    m.options.weight_decay = parse_double(next("weight_decay"), bad);
-    m.options.decoupled = parse_u64(next("decoupled"), bad) != 0;
-    m.options.amsgrad = parse_u64(next("amsgrad"), bad) != 0;
-    m.options.maximize = parse_u64(next("maximize"), bad) != 0;
+    if (v4) {
+      const std::uint64_t count = parse_u64(next("options"), bad);
+      if (count > 64) throw bad(fmt::format("bad option count {}", count));
+      m.options.clear();
+      for (std::uint64_t o = 0; o < count; ++o) {
+        const auto rest = next("option");
+        const auto sp = rest.find(' ');
+        if (sp == std::string_view::npos || !valid_name(rest.substr(0, sp)))
+          throw bad(fmt::format("bad option line '{}'", rest));
+        m.options.emplace_back(std::string(rest.substr(0, sp)), parse_double(rest.substr(sp + 1), bad));
+      }
+    } else {  // AdamW's, in the fixed order of versions 1 to 3
+      m.rule = std::string(adamw_rule::tag);
+      const std::uint64_t sections = parse_u64(next("sections"), bad);
+      if (sections != 3 && sections != 4) throw bad("bad layout");
+      adamw_options a;
+      a.lr = parse_double(next("lr"), bad);
+      a.beta1 = parse_double(next("beta1"), bad);
+      a.beta2 = parse_double(next("beta2"), bad);
+      a.eps = parse_double(next("eps"), bad);
+      a.weight_decay = parse_double(next("weight_decay"), bad);
+      a.decoupled = parse_u64(next("decoupled"), bad) != 0;
+      a.amsgrad = parse_u64(next("amsgrad"), bad) != 0;
+      a.maximize = parse_u64(next("maximize"), bad) != 0;
+      if (a.amsgrad != (sections == 4)) throw bad("amsgrad does not match the number of arrays");
+      m.options = adamw_rule::save_options(a);
+      m.state = describe(adamw_rule::format(a));
+    }
     if (!v1) {
       m.loss_scaling = parse_u64(next("loss_scaling"), bad) != 0;
       const double scale = parse_double(next("loss_scale"), bad);
@@ -143,7 +183,7 @@ struct checkpoint_manifest {
       m.loss_scale = static_cast<float>(scale);
       m.growth_tracker = static_cast<std::int64_t>(tracker);
     }
-    if (v3) {
+    if (runs_recorded) {
       const std::uint64_t runs = parse_u64(next("step_runs"), bad);
       if (runs == 0 || runs > m.params) throw bad(fmt::format("bad step_runs {}", runs));
       for (std::uint64_t r = 0; r < runs; ++r) {
@@ -160,7 +200,7 @@ struct checkpoint_manifest {
     }
     m.data_file = std::string(next("data"));
     m.data_bytes = parse_u64(next("data_bytes"), bad);
-    if (m.subgroup_elems == 0 || (m.sections != 3 && m.sections != 4)) throw bad("bad layout");
+    if (m.subgroup_elems == 0) throw bad("bad layout");
     if (m.data_file.empty() || m.data_file.find('/') != std::string::npos || m.data_file.front() == '.')
       throw bad(fmt::format("bad data file name '{}'", m.data_file));
     const std::uint64_t count = (m.params + m.subgroup_elems - 1) / m.subgroup_elems;
@@ -176,12 +216,49 @@ struct checkpoint_manifest {
       total += m.subgroup_bytes.back();
     }
     if (i != lines.size()) throw bad("unexpected lines after the subgroups");
-    if (total != m.data_bytes || m.data_bytes != m.params * m.sections * sizeof(float))
+    if (total != m.data_bytes || m.data_bytes != m.params * m.bytes_per_param())
       throw bad("subgroup sizes do not add up to the data size");
     return m;
   }
 
+  /// Bytes of state per parameter that `state` implies (master weights included).
+  [[nodiscard]] std::uint64_t bytes_per_param() const noexcept { return state_bytes_per_param(state).value_or(0); }
+
+  /// Bytes per parameter of a state described as describe(state_format) does (4 for the master
+  /// weights, plus each array's element), or none when the text is not such a description.
+  [[nodiscard]] static std::optional<std::uint64_t> state_bytes_per_param(std::string_view state) {
+    std::uint64_t bytes = sizeof(float);
+    std::size_t arrays = 0;
+    while (!state.empty()) {
+      const auto comma = state.find(',');
+      const std::string_view item = state.substr(0, comma);
+      const auto colon = item.find(':');
+      if (colon == std::string_view::npos || !valid_name(item.substr(0, colon)) || ++arrays > max_state_arrays)
+        return std::nullopt;
+      const std::string_view element = item.substr(colon + 1);
+      if (element == to_string(state_element::f32))
+        bytes += element_bytes(state_element::f32);
+      else if (element == to_string(state_element::bf16))
+        bytes += element_bytes(state_element::bf16);
+      else
+        return std::nullopt;
+      if (comma == std::string_view::npos) break;
+      state.remove_prefix(comma + 1);
+      if (state.empty()) return std::nullopt;  // a trailing comma
+    }
+    return bytes;
+  }
+
  private:
+  // A rule's tag, an array's or an option's name: [A-Za-z0-9_-]+.
+  [[nodiscard]] static bool valid_name(std::string_view s) noexcept {
+    if (s.empty() || s.size() > 64) return false;
+    for (const char c : s)
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+        return false;
+    return true;
+  }
+
   template <class Bad>
   static std::uint64_t parse_u64(std::string_view s, const Bad& bad) {
     int base = 10;

@@ -1,5 +1,5 @@
 #pragma once
-/// gradient_intake: where offloaded_adamw keeps the gradients that backward hands over before the
+/// gradient_intake: where an offloaded optimizer keeps the gradients that backward hands over before the
 /// step (accept_gradients), with host residency: in host memory, in the type they arrive in
 /// (16-bit stays 16-bit: MLP-Offload's delayed conversion), in one store of every parameter
 /// charged to the optimizer's host budget on first use. It keeps the exact ranges each subgroup
@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -51,9 +52,13 @@ template <class G>
 
 class gradient_intake {
  public:
-  /// `budget` must outlive the intake.
-  gradient_intake(const offload_layout& layout, host_budget& budget)
-      : layout_(layout), budget_(&budget), received_(layout.subgroups(), 0), ranges_(layout.subgroups()) {}
+  /// `budget` must outlive the intake. `who` names the optimizer in messages.
+  gradient_intake(const offload_layout& layout, host_budget& budget, std::string who = "offloaded_adamw")
+      : layout_(layout),
+        budget_(&budget),
+        received_(layout.subgroups(), 0),
+        ranges_(layout.subgroups()),
+        who_(std::move(who)) {}
 
   /// Turns norm tracking on: gradients are multiplied by `grad_scale` (the inverse loss scale)
   /// before they are squared, and summed on `pool` (may be null). Call between steps.
@@ -70,19 +75,19 @@ class gradient_intake {
   /// step (config_error naming the range, the subgroup and the range it overlaps).
   void check(std::size_t first, std::size_t n) const {
     STRATA_EXPECTS(first <= layout_.params && n <= layout_.params - first, config_error,
-                   "offloaded_adamw::accept_gradients: range [{}, {}) passes the {} parameters", first, first + n,
+                   "{}::accept_gradients: range [{}, {}) passes the {} parameters", who_, first, first + n,
                    layout_.params);
     for_each_piece(first, n, [&](std::size_t s, std::size_t lo, std::size_t hi) {
       if (const auto seen = overlap(s, lo, hi))
-        throw config_error(fmt::format("offloaded_adamw::accept_gradients: range [{}, {}) of subgroup {} overlaps "
-                                       "[{}, {}), received earlier this step (each gradient is handed over once)",
+        throw config_error(fmt::format("{}::accept_gradients: range [{}, {}) of subgroup {} overlaps "
+                                       "[{}, {}), received earlier this step (each gradient is handed over once)", who_,
                                        lo, hi, s, seen->first, seen->second));
       const std::size_t off = lo - layout_.begin(s);
       STRATA_EXPECTS(!tracking_ || !layout_.tier_gradients ||
                          (off % grad_norm_block == 0 && ((hi - lo) % grad_norm_block == 0 || hi == layout_.begin(s) + layout_.length(s))),
                      config_error,
-                     "offloaded_adamw::accept_gradients: with gradients on the tier and clipping or loss scaling on, "
-                     "pieces must start and end on {}-element blocks of their subgroup; [{}, {}) cuts subgroup {}",
+                     "{}::accept_gradients: with gradients on the tier and clipping or loss scaling on, "
+                     "pieces must start and end on {}-element blocks of their subgroup; [{}, {}) cuts subgroup {}", who_,
                      grad_norm_block, lo, hi, s);
     });
   }
@@ -109,7 +114,7 @@ class gradient_intake {
       kind_ = grad_kind_of<G>();
     }
     STRATA_EXPECTS(kind_ == grad_kind_of<G>(), config_error,
-                   "offloaded_adamw::accept_gradients: gradients of this step arrived as {}, now as {}",
+                   "{}::accept_gradients: gradients of this step arrived as {}, now as {}", who_,
                    to_string(kind_), to_string(grad_kind_of<G>()));
     count(first, n);
     return {reinterpret_cast<G*>(store_.data()) + first, n};
@@ -202,6 +207,7 @@ class gradient_intake {
   float norm_scale_ = 1.0f;
   thread_pool* pool_ = nullptr;
   grad_norm_accumulator norms_;
+  std::string who_;
   std::map<std::size_t, std::vector<double>> blocks_;  // tier residency: block sums of incomplete subgroups
 
   [[nodiscard]] bool summed(std::size_t s) const { return norms_.contains(s); }

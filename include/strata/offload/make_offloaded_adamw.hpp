@@ -337,9 +337,12 @@ class runtime_offloaded_adamw final : public any_offloaded_adamw_on<Exec> {
   void load(const offloaded_adamw_config& c, Where& dir) {
     // The preset's options depend on the parameter count, which the checkpoint holds: read it first.
     const auto probe = optimizer::load_manifest(dir);
+    STRATA_EXPECTS(probe.rule == adamw_rule::tag, config_error,
+                   "load_offloaded_adamw: the checkpoint holds the state of update rule '{}', not AdamW's", probe.rule);
     auto base = c.offload;
     base.subgroup_elems = static_cast<std::size_t>(probe.subgroup_elems);
-    opt_.emplace(optimizer::load(dir, tier_, *exec_, Preset::options(probe.params, probe.options, base, site_.uses_device()),
+    const adamw_options adamw = adamw_rule::load_options(probe.options);
+    opt_.emplace(optimizer::load(dir, tier_, *exec_, Preset::options(probe.params, adamw, base, site_.uses_device()),
                                  typename Preset::order{}, typename Preset::eviction{}, site_, c.trace));
   }
 

@@ -1,8 +1,9 @@
 #pragma once
-/// offload_layout: how offloaded_adamw lays out its parameters and their state, in one place, for
-/// the optimizer, its presets, strata-bench and anyone sizing a budget: subgroups of
+/// offload_layout: how an offloaded optimizer lays out its parameters and their state, in one
+/// place, for the optimizer, its presets, strata-bench and anyone sizing a budget: subgroups of
 /// `subgroup_elems` parameters (the last may be shorter); per subgroup one state object
-/// "<prefix>.sg-<i>" holding master | m | v (| max v with amsgrad) as fp32, and with gradients on
+/// "<prefix>.sg-<i>" holding the fp32 master weights and then each array of the update rule's
+/// state_format (AdamW: master | m | v (| max v with amsgrad), all fp32), and with gradients on
 /// the tier one fp32 gradient object "<prefix>.gr-<i>"; one host slot per subgroup in flight
 /// holding the state (and the gradients read with it), page-rounded; one device slot holding the
 /// state, the gradients and the 16-bit model copy, each part 256-byte aligned.
@@ -11,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -20,6 +22,8 @@
 #include "strata/core/expects.hpp"
 #include "strata/offload/offload_options.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/adamw_rule.hpp"
+#include "strata/optim/update_rule.hpp"
 #include "strata/pipeline/subgroup_pipeline.hpp"
 
 namespace strata {
@@ -30,21 +34,40 @@ struct offload_layout {
 
   std::size_t params = 0;
   std::size_t subgroup_elems = 1;
-  std::size_t sections = 3;  ///< fp32 arrays per parameter: 3, or 4 with amsgrad
+  state_format format = adamw_rule::format(adamw_options{});  ///< the rule's arrays after the master weights
   bool tier_gradients = false;
 
-  /// The layout of `params` parameters under these options (validated: config_error naming the value).
-  [[nodiscard]] static offload_layout of(std::size_t params, const adamw_options& a, const offload_options& o) {
+  /// The layout of `params` parameters whose state has `format`'s arrays, under these options
+  /// (validated: config_error naming the value).
+  [[nodiscard]] static offload_layout of_format(std::size_t params, const state_format& format,
+                                                 const offload_options& o) {
     o.validate();
     STRATA_EXPECTS(params > 0, config_error, "offload_layout: no parameters");
-    // Byte counts of the state (at most 20 bytes a parameter with fp32 gradients) fit in 64 bits
+    STRATA_EXPECTS(format.aligned(), config_error,
+                   "offload_layout: state format '{}' has a wider array after a narrower one (arrays go widest first)",
+                   describe(format));
+    // Byte counts of the state (at most 24 bytes a parameter with fp32 gradients) fit in 64 bits
     // and a subgroup count in memory: refused before anything is sized or allocated.
     STRATA_EXPECTS(params <= max_params, config_error,
                    "offload_layout: {} parameters is more than the {} (2^58) whose state sizes fit in 64 bits", params,
                    max_params);
-    if (o.gradients == gradient_residency::automatic) return of(params, a, resolved(params, a, o));
-    return {params, o.subgroup_elems, a.amsgrad ? std::size_t{4} : std::size_t{3},
-            o.gradients == gradient_residency::tier};
+    if (o.gradients == gradient_residency::automatic)
+      return of_format(params, format, resolved_format(params, format, o));
+    offload_layout l;
+    l.params = params;
+    l.subgroup_elems = o.subgroup_elems;
+    l.format = format;
+    l.tier_gradients = o.gradients == gradient_residency::tier;
+    // fp32 gradients read from the tier land right after the state in the slot
+    STRATA_EXPECTS(!l.tier_gradients || format.bytes_per_param() % sizeof(float) == 0, config_error,
+                   "offload_layout: gradients on the tier need a state of whole 4-byte words per parameter, not {} "
+                   "bytes ('{}')",
+                   format.bytes_per_param(), describe(format));
+    return l;
+  }
+  /// The layout of AdamW's state (of_format with adamw_rule::format(a)).
+  [[nodiscard]] static offload_layout of(std::size_t params, const adamw_options& a, const offload_options& o) {
+    return of_format(params, adamw_rule::format(a), o);
   }
 
   /// `o` with gradient_residency::automatic decided for `params` parameters (other residencies
@@ -52,17 +75,22 @@ struct offload_layout {
   /// gradient store of every parameter, else tier when the budget holds the tier layout's
   /// pipeline and cache, else host (a step over the caller's gradients still runs; a gradient
   /// store handed over by accept_gradients then does not fit, a capacity_error there).
-  [[nodiscard]] static offload_options resolved(std::size_t params, const adamw_options& a, offload_options o,
-                                                bool device = false) {
+  [[nodiscard]] static offload_options resolved_format(std::size_t params, const state_format& format,
+                                                       offload_options o, bool device = false) {
     if (o.gradients != gradient_residency::automatic) return o;
     o.gradients = gradient_residency::host;
     if (o.host_memory_budget == unlimited_capacity) return o;
-    const std::uint64_t pipeline = of(params, a, o).required_host_memory(o, device);
+    const std::uint64_t pipeline = of_format(params, format, o).required_host_memory(o, device);
     const std::uint64_t store = host_budget::footprint(static_cast<std::uint64_t>(params) * sizeof(float));
     if (pipeline <= o.host_memory_budget && o.host_memory_budget - pipeline >= store) return o;
     offload_options t = o;
     t.gradients = gradient_residency::tier;
-    return of(params, a, t).required_host_memory(t, device) <= o.host_memory_budget ? t : o;
+    return of_format(params, format, t).required_host_memory(t, device) <= o.host_memory_budget ? t : o;
+  }
+  /// resolved_format() for AdamW's state.
+  [[nodiscard]] static offload_options resolved(std::size_t params, const adamw_options& a, offload_options o,
+                                                bool device = false) {
+    return resolved_format(params, adamw_rule::format(a), std::move(o), device);
   }
 
   [[nodiscard]] std::size_t subgroups() const noexcept { return (params + subgroup_elems - 1) / subgroup_elems; }
@@ -74,15 +102,17 @@ struct offload_layout {
   [[nodiscard]] std::size_t max_length() const noexcept { return std::min(subgroup_elems, params); }
   /// Bytes of subgroup `s`'s state object.
   [[nodiscard]] std::uint64_t state_bytes(std::size_t s) const noexcept {
-    return static_cast<std::uint64_t>(length(s)) * sections * sizeof(float);
+    return static_cast<std::uint64_t>(length(s)) * state_bytes_per_param();
   }
+  /// Bytes of state per parameter (master weights and the rule's arrays).
+  [[nodiscard]] std::uint64_t state_bytes_per_param() const noexcept { return format.bytes_per_param(); }
   /// Bytes of subgroup `s`'s fp32 gradient object (0 unless gradients live on the tier).
   [[nodiscard]] std::uint64_t gradient_bytes(std::size_t s) const noexcept {
     return tier_gradients ? static_cast<std::uint64_t>(length(s)) * sizeof(float) : 0;
   }
   /// Bytes of one host slot (the largest subgroup's state and tier gradients).
   [[nodiscard]] std::uint64_t slot_bytes() const noexcept {
-    return static_cast<std::uint64_t>(max_length()) * (sections + (tier_gradients ? 1 : 0)) * sizeof(float);
+    return static_cast<std::uint64_t>(max_length()) * (state_bytes_per_param() + (tier_gradients ? sizeof(float) : 0));
   }
   /// What one host slot costs a host_budget (whole pages).
   [[nodiscard]] std::uint64_t slot_footprint() const noexcept { return host_budget::footprint(slot_bytes()); }

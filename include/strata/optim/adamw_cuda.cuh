@@ -22,6 +22,7 @@
 #include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/adamw_rule.hpp"
 #include "strata/optim/element_types.hpp"
 
 namespace strata::cuda {
@@ -248,3 +249,18 @@ template <gradient_type G>
 }
 
 }  // namespace strata::cuda
+
+namespace strata {
+
+/// adamw_rule on CUDA: the update of parameters [at, at + n) of a state in device memory.
+template <>
+struct cuda_update<adamw_rule> {
+  template <class G, class H>
+  static void launch(const state_view& v, std::size_t at, std::size_t n, const G* grads, H* model_out,
+                     const adamw_step_params& k, cudaStream_t stream) {
+    cuda::adamw_update<G, H>(v.master + at, v.array<float>(0, at), v.array<float>(1, at),
+                             k.amsgrad ? v.array<float>(2, at) : nullptr, grads, model_out, n, k, stream);
+  }
+};
+
+}  // namespace strata

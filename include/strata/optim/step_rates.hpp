@@ -1,10 +1,11 @@
 #pragma once
-/// step_rates: the learning rate and weight decay of one AdamW step, either one learning rate for
-/// every parameter (a double converts to it; the weight decay is the options') or one pair per
+/// step_rates: the learning rate and weight decay of one optimizer step, either one learning rate
+/// for every parameter (a double converts to it; the weight decay is the options') or one pair per
 /// range of parameters, as PyTorch's param groups give them (each group's scheduler sets its own
-/// lr). step_constants resolves them into the kernel's constants per range and cuts any span of
-/// parameters (a subgroup, which may cross ranges) into pieces of one range each. The update is
-/// element-wise, so a piece gives the same bits as the whole would with its range's constants.
+/// lr). rule_constants (optim/update_rule.hpp) resolves them into a rule's kernel constants per
+/// range and cuts any span of parameters (a subgroup, which may cross ranges) into pieces of one
+/// range each. The update is element-wise, so a piece gives the same bits as the whole would with
+/// its range's constants.
 
 #include <algorithm>
 #include <cmath>
@@ -17,7 +18,6 @@
 
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
-#include "strata/optim/adamw_math.hpp"
 #include "strata/optim/param_steps.hpp"
 
 namespace strata {
@@ -27,7 +27,7 @@ struct param_range {
   std::size_t first = 0;    ///< first parameter of the range
   std::size_t count = 0;    ///< parameters in it (at least 1)
   double lr = 0;            ///< learning rate this step
-  double weight_decay = 0;  ///< decoupled (AdamW) or L2 (Adam), as adamw_options::decoupled says
+  double weight_decay = 0;  ///< as the rule applies it (AdamW: decoupled, or L2 as adamw_options::decoupled says)
 
   bool operator==(const param_range&) const = default;
 };
@@ -86,71 +86,6 @@ class step_rates {
   double lr_ = 0;
   std::vector<param_range> ranges_;
   bool per_range_ = false;  // (no ranges at all is per range too: it covers nothing)
-};
-
-/// The kernel constants of one step, per range of parameters (one range when the rates are uniform).
-class step_constants {
- public:
-  /// One set of constants for every parameter.
-  explicit step_constants(const adamw_step_params& k) : first_{0}, k_{k} {}
-
-  /// The constants of step `step` (1-based) for `rates` (validated against `params` by the caller)
-  /// with the gradient scale and clip coefficient of make_adamw_step_params.
-  step_constants(const adamw_options& options, const step_rates& rates, std::int64_t step, double grad_scale,
-                 double clip) {
-    if (rates.uniform()) {
-      first_.push_back(0);
-      k_.push_back(make_adamw_step_params(options, step, rates.lr(), grad_scale, clip));
-      return;
-    }
-    for (const param_range& r : rates.ranges()) {
-      adamw_options o = options;
-      o.weight_decay = r.weight_decay;
-      first_.push_back(r.first);
-      k_.push_back(make_adamw_step_params(o, step, r.lr, grad_scale, clip));
-    }
-  }
-
-  /// The constants of the next step for `rates` over `params`'s parameters, each piece with the
-  /// bias corrections of its own count (`steps` + 1): rates ranges and step runs cut the
-  /// parameters into pieces of one lr, weight decay and step each. Uniform rates and steps give
-  /// exactly the constants of the constructor above.
-  step_constants(const adamw_options& options, const step_rates& rates, const param_steps& steps, double grad_scale,
-                 double clip) {
-    STRATA_ASSERT(steps.params() > 0);
-    const auto add = [&](std::size_t first, std::size_t count, double lr, double wd) {
-      adamw_options o = options;
-      o.weight_decay = wd;
-      steps.for_each(first, count, [&](std::size_t at, std::size_t, std::uint64_t taken) {
-        first_.push_back(at);
-        k_.push_back(make_adamw_step_params(o, static_cast<std::int64_t>(taken) + 1, lr, grad_scale, clip));
-      });
-    };
-    if (rates.uniform())
-      add(0, steps.params(), rates.lr(), options.decay());
-    else
-      for (const param_range& r : rates.ranges()) add(r.first, r.count, r.lr, r.weight_decay);
-  }
-
-  /// Calls `f(offset, length, k)` for each piece of parameters [first, first + count) that lies
-  /// in one range, in order; `offset` counts from `first`.
-  template <class F>
-  void for_each_piece(std::size_t first, std::size_t count, F&& f) const {
-    // The range holding `first`: the last whose start is not after it.
-    auto i = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), first) - first_.begin()) - 1;
-    std::size_t at = first;
-    const std::size_t end = first + count;
-    while (at < end) {
-      const std::size_t piece_end = i + 1 < first_.size() ? std::min(end, first_[i + 1]) : end;
-      f(at - first, piece_end - at, k_[i]);
-      at = piece_end;
-      ++i;
-    }
-  }
-
- private:
-  std::vector<std::size_t> first_;  // where each range starts, ascending
-  std::vector<adamw_step_params> k_;
 };
 
 }  // namespace strata

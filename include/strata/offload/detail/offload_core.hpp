@@ -1,12 +1,16 @@
 #pragma once
-/// offload_core<Exec>: everything offloaded_adamw does, with the tier, the update order, the
-/// eviction policy and the update site taken at run time (any_tier, any_update_order,
-/// any_eviction_policy, any_update_site), so it is compiled once per executor rather than once per
-/// tier stack and policy.
-/// offloaded_adamw (offload/offloaded_adamw.hpp) is the typed facade users construct; see its
-/// file comment for the contract of every member.
+/// offload_core<Exec, Rule>: everything an offloaded optimizer does (offloaded_adamw with
+/// adamw_rule, offloaded_sgd, offloaded_lion), with the tier, the update order, the eviction
+/// policy and the update site taken at run time (any_tier, any_update_order, any_eviction_policy,
+/// any_update_site), so it is compiled once per executor and update rule rather than once per
+/// tier stack and policy. The rule (optim/update_rule.hpp) brings the state's arrays, the
+/// per-step constants and the kernels; everything else (layout, gradient intake, clipping and
+/// loss scaling, checkpoints) is the engine's and the same for every rule.
+/// offloaded_optimizer (offload/offloaded_optimizer.hpp) is the typed facade users construct; see
+/// its file comment for the contract of every member.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -38,7 +42,7 @@
 #include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
 #include "strata/exec/host_executor.hpp"
-#include "strata/offload/adamw_subgroup_kernel.hpp"
+#include "strata/offload/subgroup_kernel.hpp"
 #include "strata/offload/checkpoint.hpp"
 #include "strata/offload/checkpoint_manifest.hpp"
 #include "strata/offload/tier_checkpoint.hpp"
@@ -50,11 +54,13 @@
 #include "strata/offload/prefix_claim.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/adamw_rule.hpp"
 #include "strata/optim/adamw_state.hpp"
 #include "strata/optim/grad_norm.hpp"
 #include "strata/optim/loss_scaler.hpp"
 #include "strata/optim/param_steps.hpp"
 #include "strata/optim/step_rates.hpp"
+#include "strata/optim/update_rule.hpp"
 #include "strata/pipeline/subgroup_pipeline.hpp"
 #include "strata/policy/any_eviction_policy.hpp"
 #include "strata/policy/update_order.hpp"
@@ -64,10 +70,12 @@
 
 namespace strata::detail {
 
-template <executor Exec>
+template <executor Exec, update_rule Rule = adamw_rule>
 class offload_core {
  public:
   using executor_type = Exec;
+  using rule_type = Rule;
+  using options_type = typename Rule::options_type;
   using pipeline_type = subgroup_pipeline<Exec>;
   /// An event of the executor's streams (what accept_gradients from device memory waits for).
   using event_type = typename Exec::stream_type::event_type;
@@ -97,7 +105,7 @@ class offload_core {
     requires model_copy_type<H>
   offload_step_stats step(std::span<const G> grads, const step_rates& rates, std::span<H> model_out) {
     STRATA_EXPECTS(grads.size() == layout_.params, config_error,
-                   "offloaded_adamw::step: got {} gradients for {} parameters", grads.size(), layout_.params);
+                   "{}: got {} gradients for {} parameters", who("step"), grads.size(), layout_.params);
     check_rates(rates);
     check_model_out(model_out.size());
     if (layout_.tier_gradients) {
@@ -126,12 +134,12 @@ class offload_core {
   offload_step_stats step(std::span<const param_tensor<G, H>> tensors, const step_rates& rates,
                           const step_options& opts = {}) {
     check_rates(rates);
-    auto cover = gradient_coverage::of(tensors, layout_.params, "offloaded_adamw::step");
+    auto cover = gradient_coverage::of(tensors, layout_.params, who("step"));
     STRATA_EXPECTS(!partial_ || !partial_tensors_ || cover == partial_cover_, config_error,
-                   "offloaded_adamw::step: retrying step {} with gradients of other parameters than it began with",
+                   "{}: retrying step {} with gradients of other parameters than it began with", who("step"),
                    step_count_ + 1);
     STRATA_EXPECTS(!opts.adopt_model || !device_site_, config_error,
-                   "offloaded_adamw::step: adopt_model needs host updates (the update site may choose the device)");
+                   "{}: adopt_model needs host updates (the update site may choose the device)", who("step"));
     grad_norm_accumulator norms;
     if (tracks_norm() && !partial_ && !opts.decision)
       for (std::size_t s = 0; s < layout_.subgroups(); ++s)
@@ -156,16 +164,16 @@ class offload_core {
   /// to decide one step for the whole model (decide_step, then step_options::decision).
   template <gradient_type G, model_copy_type H>
   [[nodiscard]] grad_stats gradient_stats(std::span<const param_tensor<G, H>> tensors) {
-    (void)gradient_coverage::of(tensors, layout_.params, "offloaded_adamw::gradient_stats");
+    (void)gradient_coverage::of(tensors, layout_.params, who("gradient_stats"));
     return tensor_stats(tensors, 0, layout_.params);
   }
 
   /// Sets the loss scaler's scale and growth tracker (another optimizer's, so that several
   /// optimizers of one model scale alike). No-op when loss scaling is off; between steps.
   void restore_loss_scale(float scale, std::int64_t growth_tracker) {
-    STRATA_EXPECTS(!partial_, config_error, "offloaded_adamw::restore_loss_scale: during a failed step");
+    STRATA_EXPECTS(!partial_, config_error, "{}: during a failed step", who("restore_loss_scale"));
     STRATA_EXPECTS(std::isfinite(scale) && scale > 0 && growth_tracker >= 0, config_error,
-                   "offloaded_adamw::restore_loss_scale: scale {} / growth tracker {}", scale, growth_tracker);
+                   "{}: scale {} / growth tracker {}", who("restore_loss_scale"), scale, growth_tracker);
     scaler_.restore(scale, growth_tracker);
     track_norm();
   }
@@ -176,9 +184,9 @@ class offload_core {
   template <gradient_type G>
   void accept_gradients(std::size_t subgroup, std::span<const G> grads) {
     STRATA_EXPECTS(subgroup < layout_.subgroups(), config_error,
-                   "offloaded_adamw::accept_gradients: subgroup {} of {}", subgroup, layout_.subgroups());
+                   "{}: subgroup {} of {}", who("accept_gradients"), subgroup, layout_.subgroups());
     STRATA_EXPECTS(grads.size() == length(subgroup), config_error,
-                   "offloaded_adamw::accept_gradients: got {} gradients for subgroup {} of {} parameters",
+                   "{}: got {} gradients for subgroup {} of {} parameters", who("accept_gradients"),
                    grads.size(), subgroup, length(subgroup));
     accept_gradients_at(begin(subgroup), grads);
   }
@@ -213,9 +221,9 @@ class offload_core {
   template <gradient_type G>
   void accept_gradients(std::size_t subgroup, device_span<const G> grads, const event_type& ready) {
     STRATA_EXPECTS(subgroup < layout_.subgroups(), config_error,
-                   "offloaded_adamw::accept_gradients: subgroup {} of {}", subgroup, layout_.subgroups());
+                   "{}: subgroup {} of {}", who("accept_gradients"), subgroup, layout_.subgroups());
     STRATA_EXPECTS(grads.size() == length(subgroup), config_error,
-                   "offloaded_adamw::accept_gradients: got {} gradients for subgroup {} of {} parameters",
+                   "{}: got {} gradients for subgroup {} of {} parameters", who("accept_gradients"),
                    grads.size(), subgroup, length(subgroup));
     accept_gradients_at(begin(subgroup), grads, ready);
   }
@@ -234,7 +242,7 @@ class offload_core {
   void accept_gradients_at(std::size_t first, device_span<const G> grads, const event_type& ready) {
     check_accepts();
     STRATA_EXPECTS(!layout_.tier_gradients, config_error,
-                   "offloaded_adamw::accept_gradients: gradients in device memory need gradient_residency::host");
+                   "{}: gradients in device memory need gradient_residency::host", who("accept_gradients"));
     auto& in = s_->intake;
     in.check(first, grads.size());
     const std::span<G> dst = in.template reserve<G>(first, grads.size());
@@ -283,7 +291,7 @@ class offload_core {
     requires model_copy_type<H>
   offload_step_stats step(const step_rates& rates, device_span<H> model) {
     check_model_out(model.size());
-    STRATA_EXPECTS(!model.empty(), config_error, "offloaded_adamw::step: empty device model copy");
+    STRATA_EXPECTS(!model.empty(), config_error, "{}: empty device model copy", who("step"));
     auto& staging = s_->model_staging;
     if (staging.size() < model.size_bytes())
       staging = s_->budget.allocate(model.size_bytes(), "the host staging of the device model copy");
@@ -296,31 +304,54 @@ class offload_core {
   /// Copies the fp32 master weights of every parameter into `out` (size() elements).
   void read_master(std::span<float> out) {
     STRATA_EXPECTS(out.size() == layout_.params, config_error,
-                   "offloaded_adamw::read_master: span of {} for {} parameters", out.size(), layout_.params);
+                   "{}: span of {} for {} parameters", who("read_master"), out.size(), layout_.params);
     visit_arrays([&](std::size_t s, const float* state) {
       std::memcpy(out.data() + begin(s), state, length(s) * sizeof(float));
     });
   }
-  /// Copies the first and second moments into `m` and `v` (size() elements each).
-  void read_moments(std::span<float> m, std::span<float> v) {
-    STRATA_EXPECTS(m.size() == layout_.params && v.size() == layout_.params, config_error,
-                   "offloaded_adamw::read_moments: spans of {} and {} for {} parameters", m.size(), v.size(),
-                   layout_.params);
+  /// Copies the state array called `name` (one of the rule's format: "exp_avg",
+  /// "momentum_buffer", ...) of every parameter into `out` (size() elements), widened to fp32.
+  /// config_error for a name the rule does not keep.
+  void read_state(std::string_view name, std::span<float> out) {
+    const std::size_t a = layout_.format.find(name);
+    STRATA_EXPECTS(a < layout_.format.count, config_error,
+                   "offloaded_{}::read_state: the state has no array '{}' (it has '{}')", Rule::tag, name,
+                   strata::describe(layout_.format));
+    STRATA_EXPECTS(out.size() == layout_.params, config_error, "offloaded_{}::read_state: span of {} for {} parameters",
+                   Rule::tag, out.size(), layout_.params);
+    const state_element e = layout_.format.arrays[a].element;
     visit_arrays([&](std::size_t s, const float* state) {
       const std::size_t n = length(s);
-      std::memcpy(m.data() + begin(s), state + n, n * sizeof(float));
-      std::memcpy(v.data() + begin(s), state + 2 * n, n * sizeof(float));
+      const std::byte* from = reinterpret_cast<const std::byte*>(state) + layout_.format.offset(a, n);
+      if (e == state_element::f32) {
+        std::memcpy(out.data() + begin(s), from, n * sizeof(float));
+      } else {
+        for (std::size_t i = 0; i < n; ++i) {
+          bf16 h;
+          std::memcpy(&h, from + i * sizeof(bf16), sizeof(bf16));
+          out[begin(s) + i] = static_cast<float>(h);
+        }
+      }
     });
   }
+  /// Copies the first and second moments into `m` and `v` (size() elements each).
+  void read_moments(std::span<float> m, std::span<float> v)
+    requires std::same_as<Rule, adamw_rule>
+  {
+    STRATA_EXPECTS(m.size() == layout_.params && v.size() == layout_.params, config_error,
+                   "{}: spans of {} and {} for {} parameters", who("read_moments"), m.size(), v.size(),
+                   layout_.params);
+    read_state("exp_avg", m);
+    read_state("exp_avg_sq", v);
+  }
   /// Copies the running maximum of v (amsgrad only) into `out`.
-  void read_max_exp_avg_sq(std::span<float> out) {
-    STRATA_EXPECTS(options_.amsgrad, config_error, "offloaded_adamw::read_max_exp_avg_sq: amsgrad is off");
+  void read_max_exp_avg_sq(std::span<float> out)
+    requires std::same_as<Rule, adamw_rule>
+  {
+    STRATA_EXPECTS(options_.amsgrad, config_error, "{}: amsgrad is off", who("read_max_exp_avg_sq"));
     STRATA_EXPECTS(out.size() == layout_.params, config_error,
-                   "offloaded_adamw::read_max_exp_avg_sq: span of {} for {}", out.size(), layout_.params);
-    visit_arrays([&](std::size_t s, const float* state) {
-      const std::size_t n = length(s);
-      std::memcpy(out.data() + begin(s), state + 3 * n, n * sizeof(float));
-    });
+                   "{}: span of {} for {}", who("read_max_exp_avg_sq"), out.size(), layout_.params);
+    read_state("max_exp_avg_sq", out);
   }
 
   /// Writes every cached (dirty) subgroup to the tier and flushes the tier: the tier then holds
@@ -372,7 +403,7 @@ class offload_core {
   /// changed.
   template <gradient_type G, model_copy_type H>
   void save(const std::filesystem::path& dir, std::span<const param_tensor<G, H>> tensors) {
-    (void)gradient_coverage::of(tensors, layout_.params, "offloaded_adamw::save");
+    (void)gradient_coverage::of(tensors, layout_.params, who("save"));
     auto m = manifest_for_save();
     trace_span span(tracer_, "offload.save");
     write_checkpoint(dir, std::move(m), layout_.subgroups(), adopted_visit(tensors));
@@ -380,7 +411,7 @@ class offload_core {
   /// save(store) with the tensors' weights as the truth (see above).
   template <gradient_type G, model_copy_type H>
   void save(any_tier& store, std::span<const param_tensor<G, H>> tensors) {
-    (void)gradient_coverage::of(tensors, layout_.params, "offloaded_adamw::save");
+    (void)gradient_coverage::of(tensors, layout_.params, who("save"));
     auto m = manifest_for_save();
     trace_span span(tracer_, "offload.save");
     write_checkpoint(store, std::move(m), layout_.subgroups(), adopted_visit(tensors));
@@ -418,7 +449,8 @@ class offload_core {
   [[nodiscard]] const std::string& object_name(std::size_t s) const { return s_->pipeline.object(s).name; }
   /// Whether subgroup `s` is in the host cache now.
   [[nodiscard]] bool cached(std::size_t s) const { return s_->pipeline.cached(s); }
-  [[nodiscard]] const adamw_options& options() const noexcept { return options_; }
+  /// The rule's hyper-parameters.
+  [[nodiscard]] const options_type& options() const noexcept { return options_; }
   [[nodiscard]] const offload_options& offload() const noexcept { return offload_; }
   /// Totals since construction and the last step's figures.
   [[nodiscard]] offload_stats stats() const {
@@ -432,10 +464,10 @@ class offload_core {
   }
   /// Host memory the pipeline and cache need for these options (what the budget must cover
   /// besides the gradient store); with `device`, the landing slots of device updates too.
-  [[nodiscard]] static std::uint64_t required_host_memory(std::size_t params, const adamw_options& o,
+  [[nodiscard]] static std::uint64_t required_host_memory(std::size_t params, const options_type& o,
                                                           const offload_options& off, bool device = false) {
-    const offload_options r = offload_layout::resolved(params, o, off, device);
-    return offload_layout::of(params, o, r).required_host_memory(r, device);
+    const offload_options r = offload_layout::resolved_format(params, Rule::format(o), off, device);
+    return offload_layout::of_format(params, Rule::format(o), r).required_host_memory(r, device);
   }
   /// The pipeline underneath (its state per subgroup, its slots and cache).
   [[nodiscard]] pipeline_type& pipeline() noexcept { return s_->pipeline; }
@@ -460,7 +492,7 @@ class offload_core {
         : owned_exec(std::move(owned)),
           exec_ref(&exec_of(exec)),
           budget(off.host_memory_budget, exec_of(exec).staging()),
-          intake(layout, budget),
+          intake(layout, budget, who()),
           pool(off.threads > 1 ? std::make_unique<thread_pool>(off.threads, "strata-adamw") : nullptr),
           pipeline(std::move(t), exec_of(exec), budget, layout.objects(off.object_prefix), pipeline_opts(layout, off),
                    std::move(evict), std::move(site), trace) {}
@@ -480,7 +512,7 @@ class offload_core {
   };
 
   // The common constructor: validates, sizes and allocates; writes nothing.
-  offload_core(any_tier tier, const void* identity, Exec* exec, std::size_t params, adamw_options options,
+  offload_core(any_tier tier, const void* identity, Exec* exec, std::size_t params, options_type options,
                offload_options offload, any_update_order order, any_eviction_policy evict, any_update_site site,
                tracer* trace)
       : options_(options),
@@ -496,13 +528,13 @@ class offload_core {
     const std::size_t pipeline = layout_.host_slots(offload_, device) - cache;
     const std::uint64_t needed = layout_.required_host_memory(offload_, device);
     STRATA_EXPECTS(needed <= offload_.host_memory_budget, config_error,
-                   "offloaded_adamw: host memory budget {} is too small: {} needed = {} pipeline slots (prefetch {}, "
-                   "write-behind {}, 1 updating{}) + {} cache slots, each {} ({} parameters x {} arrays); at least {} "
-                   "without a cache",
+                   "{}: host memory budget {} is too small: {} needed = {} pipeline slots (prefetch {}, "
+                   "write-behind {}, 1 updating{}) + {} cache slots, each {} ({} parameters x {} bytes); at least {} "
+                   "without a cache", who(),
                    format_size(offload_.host_memory_budget), format_size(needed), pipeline, offload_.prefetch_depth,
                    offload_.write_behind_depth,
                    device ? fmt::format(", {} device landing", offload_.device_depth) : std::string(), cache,
-                   format_size(slot), layout_.max_length(), layout_.slot_bytes() / sizeof(float) / layout_.max_length(),
+                   format_size(slot), layout_.max_length(), layout_.slot_bytes() / layout_.max_length(),
                    format_size(pipeline * slot));
     std::unique_ptr<Exec> owned;
     if constexpr (std::default_initializable<Exec>)
@@ -518,29 +550,30 @@ class offload_core {
   }
 
   // The options with the gradient residency decided (automatic: by the budget), validated.
-  static offload_options resolved_options(std::size_t params, adamw_options& options, offload_options offload,
+  static offload_options resolved_options(std::size_t params, options_type& options, offload_options offload,
                                           bool device) {
     options.validate();
-    STRATA_EXPECTS(params > 0, config_error, "offloaded_adamw: no parameters");
-    return offload_layout::resolved(params, options, std::move(offload), device);
+    STRATA_EXPECTS(params > 0, config_error, "offloaded_{}: no parameters", Rule::tag);
+    return offload_layout::resolved_format(params, Rule::format(options), std::move(offload), device);
   }
-  static offload_layout checked_layout(std::size_t params, adamw_options& options, const offload_options& offload) {
+  static offload_layout checked_layout(std::size_t params, options_type& options, const offload_options& offload) {
     options.validate();
-    STRATA_EXPECTS(params > 0, config_error, "offloaded_adamw: no parameters");
-    return offload_layout::of(params, options, offload);  // (refuses counts whose sizes overflow)
+    STRATA_EXPECTS(params > 0, config_error, "offloaded_{}: no parameters", Rule::tag);
+    return offload_layout::of_format(params, Rule::format(options), offload);  // (refuses counts whose sizes overflow)
   }
 
   // What a save records (everything but the data), after checking that one may be taken now.
   checkpoint_manifest manifest_for_save() {
     check_state("save");
     STRATA_EXPECTS(!partial_, config_error,
-                   "offloaded_adamw::save: step {} failed part-way; retry it before saving", step_count_ + 1);
+                   "{}: step {} failed part-way; retry it before saving", who("save"), step_count_ + 1);
     checkpoint_manifest m;
     m.step = step_count_;
     m.params = layout_.params;
     m.subgroup_elems = layout_.subgroup_elems;
-    m.sections = layout_.sections;
-    m.options = options_;
+    m.rule = std::string(Rule::tag);
+    m.state = strata::describe(layout_.format);
+    m.options = Rule::save_options(options_);
     m.loss_scaling = scaler_.enabled();
     m.loss_scale = scaler_.scale();
     m.growth_tracker = scaler_.growth_tracker();
@@ -548,14 +581,27 @@ class offload_core {
     return m;
   }
 
-  // The manifest of the checkpoint in `dir` (a directory or a store), checked against the
-  // options it implies.
+  // The manifest of the checkpoint in `dir` (a directory or a store) and the rule's options it
+  // records: a checkpoint of another rule is a config_error naming both, a state format other
+  // than the one its options imply an integrity_error.
   template <class Where>
-  static checkpoint_manifest checked_manifest(Where&& where) {
+  static std::pair<checkpoint_manifest, options_type> checked_manifest(Where&& where) {
     auto m = read_checkpoint_manifest(where);
-    if (m.options.amsgrad != (m.sections == 4))
-      throw integrity_error("checkpoint", describe(where), 0, "amsgrad does not match the number of arrays");
-    return m;
+    STRATA_EXPECTS(m.rule == Rule::tag, config_error,
+                   "checkpoint {} holds the state of update rule '{}'; this optimizer's rule is '{}' (load it with "
+                   "offloaded_{})",
+                   describe(where), m.rule, Rule::tag, m.rule);
+    options_type o;
+    try {
+      o = Rule::load_options(m.options);
+    } catch (const config_error& e) {
+      throw integrity_error("checkpoint", describe(where), 0, e.what());
+    }
+    if (strata::describe(Rule::format(o)) != m.state)
+      throw integrity_error("checkpoint", describe(where), 0,
+                            fmt::format("state format '{}' is not the one its options give rule '{}' ('{}')", m.state,
+                                        Rule::tag, strata::describe(Rule::format(o))));
+    return {std::move(m), o};
   }
   static std::string describe(const std::filesystem::path& dir) { return (dir / "manifest").string(); }
   static std::string describe(const any_tier& store) { return fmt::format("{}/manifest", store.name()); }
@@ -581,17 +627,38 @@ class offload_core {
     track_norm();
   }
 
-  template <class P>
-  void initialize_from(std::span<const P> params) {
-    initialize_from(params, adamw_state_view{});
+  // State that exists already for initialize_with: per array of the format (in order), every
+  // parameter's fp32 values (empty: zeros), and the steps taken.
+  struct existing_state {
+    std::array<std::span<const float>, max_state_arrays> arrays{};
+    std::uint64_t step = 0;
+    std::span<const param_step_run> step_runs{};
+  };
+  // AdamW's (validated).
+  existing_state existing_of(const adamw_state_view& v) const
+    requires std::same_as<Rule, adamw_rule>
+  {
+    v.validate(layout_.params, options_.amsgrad, "offloaded_adamw");
+    return {{v.exp_avg, v.exp_avg_sq, v.max_exp_avg_sq, {}}, v.step, v.step_runs};
   }
 
-  // The first state from `params` and existing moments (zeros where `existing` has none), after
+  template <class P>
+  void initialize_from(std::span<const P> params) {
+    initialize_from(params, existing_state{});
+  }
+  template <class P>
+  void initialize_from(std::span<const P> params, const adamw_state_view& existing)
+    requires std::same_as<Rule, adamw_rule>
+  {
+    initialize_from(params, existing_of(existing));
+  }
+
+  // The first state from `params` and existing state (zeros where `existing` has none), after
   // existing.step steps.
   template <class P>  // float, or a 16-bit model's weights (widened exactly)
-  void initialize_from(std::span<const P> params, const adamw_state_view& existing) {
-    STRATA_EXPECTS(params.size() == layout_.params, config_error, "offloaded_adamw: {} weights for {} parameters",
-                   params.size(), layout_.params);
+  void initialize_from(std::span<const P> params, const existing_state& existing) {
+    STRATA_EXPECTS(params.size() == layout_.params, config_error, "offloaded_{}: {} weights for {} parameters",
+                   Rule::tag, params.size(), layout_.params);
     initialize_with(existing, [&](std::size_t s, float* master) {
       for (std::size_t i = 0; i < length(s); ++i) master[i] = static_cast<float>(params[begin(s) + i]);
     });
@@ -599,15 +666,21 @@ class offload_core {
   // The same from framework tensors' weights (param_tensor; their gradients are not used), which
   // must cover every parameter: no flat copy of the model is made.
   template <class G, class H>
-  void initialize_from(std::span<const param_tensor<G, H>> tensors, const adamw_state_view& existing) {
-    (void)gradient_coverage::of(tensors, layout_.params, "offloaded_adamw");
+  void initialize_from(std::span<const param_tensor<G, H>> tensors, const adamw_state_view& existing)
+    requires std::same_as<Rule, adamw_rule>
+  {
+    initialize_from(tensors, existing_of(existing));
+  }
+  template <class G, class H>
+  void initialize_from(std::span<const param_tensor<G, H>> tensors, const existing_state& existing) {
+    (void)gradient_coverage::of(tensors, layout_.params, who());
     std::size_t covered = 0;
     for (const auto& t : tensors) {
       STRATA_EXPECTS(t.model.size() == t.count, config_error,
-                     "offloaded_adamw: the tensor at parameter {} brings no weights to start from", t.first);
+                     "{}: the tensor at parameter {} brings no weights to start from", who(), t.first);
       covered += t.count;
     }
-    STRATA_EXPECTS(covered == layout_.params, config_error, "offloaded_adamw: the tensors hold {} of the {} parameters",
+    STRATA_EXPECTS(covered == layout_.params, config_error, "{}: the tensors hold {} of the {} parameters", who(),
                    covered, layout_.params);
     const piece_source<G, H> pieces{{}, nullptr, &layout_, tensors, false, true};
     initialize_with(existing, [&](std::size_t s, float* master) {
@@ -620,25 +693,27 @@ class offload_core {
   // The first state: each subgroup's master weights from `master_of(s, master)`, existing
   // moments (zeros where `existing` has none), after existing.step steps.
   template <class MasterOf>
-  void initialize_with(const adamw_state_view& existing, MasterOf&& master_of) {
-    existing.validate(layout_.params, options_.amsgrad, "offloaded_adamw");
+  void initialize_with(const existing_state& existing, MasterOf&& master_of) {
     // (validated before anything is written)
+    for (std::size_t a = 0; a < max_state_arrays; ++a)
+      STRATA_ASSERT(existing.arrays[a].empty() ||
+                    (a < layout_.format.count && layout_.format.arrays[a].element == state_element::f32 &&
+                     existing.arrays[a].size() == layout_.params));
     param_steps steps = existing.step_runs.empty()
                             ? param_steps(layout_.params, existing.step)
-                            : param_steps::from_runs(layout_.params, existing.step_runs, "offloaded_adamw: step_runs");
+                            : param_steps::from_runs(layout_.params, existing.step_runs, who() + ": step_runs");
     STRATA_EXPECTS(steps.max() <= existing.step, config_error,
-                   "offloaded_adamw: a parameter has taken {} steps, more than the state's {}", steps.max(),
+                   "{}: a parameter has taken {} steps, more than the state's {}", who(), steps.max(),
                    existing.step);
-    const std::span<const float> arrays[] = {{}, existing.exp_avg, existing.exp_avg_sq, existing.max_exp_avg_sq};
     write_initial_state([&](std::size_t s, std::span<std::byte> state) {
       const std::size_t n = length(s);
       master_of(s, reinterpret_cast<float*>(state.data()));
-      for (std::size_t a = 1; a < layout_.sections; ++a) {
-        std::byte* to = state.data() + a * n * sizeof(float);
-        if (arrays[a].empty())
-          std::memset(to, 0, n * sizeof(float));
+      for (std::size_t a = 0; a < layout_.format.count; ++a) {
+        std::byte* to = state.data() + layout_.format.offset(a, n);
+        if (existing.arrays[a].empty())
+          std::memset(to, 0, n * element_bytes(layout_.format.arrays[a].element));
         else
-          std::memcpy(to, arrays[a].data() + begin(s), n * sizeof(float));
+          std::memcpy(to, existing.arrays[a].data() + begin(s), n * sizeof(float));
       }
     });
     step_count_ = existing.step;
@@ -701,8 +776,8 @@ class offload_core {
     const std::uint64_t used = s_->pipeline.tier().used();
     const std::uint64_t room = (cap > used ? cap - used : 0) + std::min(reclaimed, used);
     if (need > room)
-      throw capacity_error(fmt::format("offloaded_adamw: the optimizer state of {} parameters needs {} on tier '{}', "
-                                       "which has {} free ({} of {} in use)",
+      throw capacity_error(fmt::format("{}: the optimizer state of {} parameters needs {} on tier '{}', "
+                                       "which has {} free ({} of {} in use)", who(),
                                        layout_.params, format_size(need), s_->pipeline.tier().name(), format_size(room),
                                        format_size(used), format_size(cap)),
                            need, room);
@@ -728,8 +803,8 @@ class offload_core {
 
   void check_accepts() const {
     STRATA_EXPECTS(offload_.gradients != gradient_residency::caller, config_error,
-                   "offloaded_adamw::accept_gradients: gradient_residency::caller keeps no gradients between calls: give "
-                   "them to step()");
+                   "{}: gradient_residency::caller keeps no gradients between calls: give "
+                   "them to step()", who("accept_gradients"));
   }
 
   // Whether the gradients are summed before a step (clipping or loss scaling needs the norm).
@@ -781,7 +856,7 @@ class offload_core {
     auto& in = s_->intake;
     for (std::size_t s = 0; s < layout_.subgroups(); ++s)
       STRATA_EXPECTS(in.complete(s) || version_[s] > step_count_, config_error,
-                     "offloaded_adamw::step: subgroup {} has {} of its {} gradients (call accept_gradients first)", s,
+                     "{}: subgroup {} has {} of its {} gradients (call accept_gradients first)", who("step"), s,
                      in.received(s), length(s));
     if (layout_.tier_gradients) return run_step<float>(rates, model, tier_gradients<H>(), in.norms());
     switch (in.kind()) {
@@ -795,9 +870,9 @@ class offload_core {
 
   void check_rates(const step_rates& rates) const {
     check_state("step");
-    rates.validate(layout_.params, "offloaded_adamw::step");
+    rates.validate(layout_.params, who("step"));
     STRATA_EXPECTS(!partial_ || rates == partial_rates_, config_error,
-                   "offloaded_adamw::step: retrying step {} with other rates than it began with ({} now, {} then)",
+                   "{}: retrying step {} with other rates than it began with ({} now, {} then)", who("step"),
                    step_count_ + 1, describe(rates), describe(partial_rates_));
   }
   [[nodiscard]] static std::string describe(const step_rates& r) {
@@ -805,7 +880,7 @@ class offload_core {
   }
   void check_model_out(std::size_t n) const {
     STRATA_EXPECTS(n == 0 || n == layout_.params, config_error,
-                   "offloaded_adamw::step: model copy has {} elements for {} parameters (give all or none)", n,
+                   "{}: model copy has {} elements for {} parameters (give all or none)", who("step"), n,
                    layout_.params);
   }
 
@@ -890,8 +965,13 @@ class offload_core {
     void operator()(std::size_t s) const { ++(*version)[s]; }
   };
 
+  // "offloaded_<tag>[::member]": how messages name this optimizer and its members.
+  [[nodiscard]] static std::string who(std::string_view member = {}) {
+    return member.empty() ? fmt::format("offloaded_{}", Rule::tag) : fmt::format("offloaded_{}::{}", Rule::tag, member);
+  }
+
   void check_state(std::string_view what) const {
-    STRATA_EXPECTS(!removed_, config_error, "offloaded_adamw::{}: the state was removed (remove_state)", what);
+    STRATA_EXPECTS(!removed_, config_error, "{}::{}: the state was removed (remove_state)", who(), what);
   }
 
   template <class F>
@@ -951,7 +1031,7 @@ class offload_core {
   offload_step_stats run_step(const step_rates& rates, model_copy<H> model, Src pieces, const grad_norm_accumulator& norms,
                               const gradient_coverage* cover = nullptr, const step_options& opts = {});
 
-  adamw_options options_;
+  options_type options_;
   offload_options offload_;
   any_update_order order_;
   tracer* tracer_;
@@ -972,13 +1052,13 @@ class offload_core {
   offload_stats totals_;
 };
 
-template <executor Exec>
+template <executor Exec, update_rule Rule>
 template <class G, class H, class Src>
-offload_step_stats offload_core<Exec>::run_step(const step_rates& rates, model_copy<H> model, Src pieces,
+offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, model_copy<H> model, Src pieces,
                                                const grad_norm_accumulator& norms, const gradient_coverage* cover,
                                                const step_options& opts) {
   STRATA_EXPECTS(!partial_ || partial_tensors_ == (cover != nullptr), config_error,
-                 "offloaded_adamw::step: retrying step {} {} tensors, which it began {}", step_count_ + 1,
+                 "{}: retrying step {} {} tensors, which it began {}", who("step"), step_count_ + 1,
                  cover != nullptr ? "with" : "without", partial_tensors_ ? "with" : "without");
   land_device_gradients();  // (no-op when none are in flight) before the intake may be reset
   trace_span step_span(tracer_, "offload.step");
@@ -987,7 +1067,7 @@ offload_step_stats offload_core<Exec>::run_step(const step_rates& rates, model_c
     if (opts.decision) {
       decision_ = *opts.decision;
       STRATA_EXPECTS(decision_.skip || (decision_.clip >= 0 && decision_.clip <= 1), config_error,
-                     "offloaded_adamw::step: the decision's clip coefficient {} is not in [0, 1]", decision_.clip);
+                     "{}: the decision's clip coefficient {} is not in [0, 1]", who("step"), decision_.clip);
     } else if (tracks_norm()) {
       STRATA_ASSERT(norms.subgroups() == layout_.subgroups());
       decision_ = decide_step(norms, offload_.max_grad_norm > 0 ? std::optional<double>(offload_.max_grad_norm)
@@ -995,11 +1075,11 @@ offload_step_stats offload_core<Exec>::run_step(const step_rates& rates, model_c
     }
     if (decision_.skip) return skip_step(norms);
   }
-  step_constants k(options_, rates, steps_, scaler_.inv_scale(), decision_.clip);
+  rule_constants<Rule> k(options_, rates, steps_, scaler_.inv_scale(), decision_.clip);
   const std::size_t n = layout_.subgroups();
   const auto order = order_of(order_, step_count_, n);
   const auto next = order_of(order_, step_count_ + 1, n);
-  check_permutation(order, n, step_count_, "offloaded_adamw");
+  check_permutation(order, n, step_count_, who());
   const auto touched = [&](std::size_t s) { return cover == nullptr || cover->touches(begin(s), begin(s) + length(s)); };
   std::vector<std::size_t> todo;
   for (const std::size_t s : order)
@@ -1008,7 +1088,7 @@ offload_step_stats offload_core<Exec>::run_step(const step_rates& rates, model_c
   partial_tensors_ = cover != nullptr;
   partial_rates_ = rates;
 
-  adamw_subgroup_kernel<Exec, G, H, Src, count_version> kernel(layout_, std::move(k), std::move(pieces), model,
+  subgroup_kernel<Rule, Exec, G, H, Src, count_version> kernel(layout_, std::move(k), std::move(pieces), model,
                                                                s_->pool.get(), count_version{&version_}, s_->exec_ref,
                                                                opts.adopt_model);
   const pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);

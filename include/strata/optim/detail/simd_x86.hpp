@@ -84,6 +84,16 @@ STRATA_DETAIL_AVX512_FN f32x16 fmax_nan(f32x16 a, f32x16 b) {
   const __mmask16 pick_a = _mm512_cmp_ps_mask(a.x, b.x, _CMP_GT_OQ) | _mm512_cmp_ps_mask(a.x, a.x, _CMP_UNORD_Q);
   return f32x16(_mm512_mask_blend_ps(pick_a, b.x, a.x));
 }
+/// sign(a): 1 where a > 0, -1 where a < 0, +0 where a is +-0, a itself where a is NaN, as the
+/// scalar fsign_nan (optim/lion_rule.hpp).
+STRATA_DETAIL_AVX512_FN f32x16 fsign_nan(f32x16 a) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __mmask16 pos = _mm512_cmp_ps_mask(a.x, zero, _CMP_GT_OQ);
+  const __mmask16 neg = _mm512_cmp_ps_mask(a.x, zero, _CMP_LT_OQ);
+  const __mmask16 nan = _mm512_cmp_ps_mask(a.x, a.x, _CMP_UNORD_Q);
+  const __m512 r = _mm512_maskz_mov_ps(nan, a.x);
+  return f32x16(_mm512_mask_blend_ps(neg, _mm512_mask_blend_ps(pos, r, _mm512_set1_ps(1.0f)), _mm512_set1_ps(-1.0f)));
+}
 
 STRATA_DETAIL_AVX512_FN f32x16 load16(const float* p) { return f32x16(_mm512_loadu_ps(p)); }
 STRATA_DETAIL_AVX512_FN void store16(float* p, f32x16 a) { _mm512_storeu_ps(p, a.x); }
@@ -148,6 +158,14 @@ STRATA_DETAIL_AVX2_FN f32x8 ffma(f32x8 a, f32x8 b, f32x8 c) { return f32x8(_mm25
 STRATA_DETAIL_AVX2_FN f32x8 fmax_nan(f32x8 a, f32x8 b) {
   const __m256 pick_a = _mm256_or_ps(_mm256_cmp_ps(a.x, b.x, _CMP_GT_OQ), _mm256_cmp_ps(a.x, a.x, _CMP_UNORD_Q));
   return f32x8(_mm256_blendv_ps(b.x, a.x, pick_a));
+}
+/// sign(a), as the AVX-512 fsign_nan.
+STRATA_DETAIL_AVX2_FN f32x8 fsign_nan(f32x8 a) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 pos = _mm256_cmp_ps(a.x, zero, _CMP_GT_OQ);
+  const __m256 neg = _mm256_cmp_ps(a.x, zero, _CMP_LT_OQ);
+  const __m256 r = _mm256_and_ps(_mm256_cmp_ps(a.x, a.x, _CMP_UNORD_Q), a.x);
+  return f32x8(_mm256_blendv_ps(_mm256_blendv_ps(r, _mm256_set1_ps(1.0f), pos), _mm256_set1_ps(-1.0f), neg));
 }
 
 STRATA_DETAIL_AVX2_FN f32x8 load8(const float* p) { return f32x8(_mm256_loadu_ps(p)); }

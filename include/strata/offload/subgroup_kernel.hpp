@@ -1,11 +1,13 @@
 #pragma once
-/// adamw_subgroup_kernel: the kernel offloaded_adamw gives its subgroup_pipeline for one step. It
-/// updates one subgroup's state (master | m | v [| max v], fp32, as offload_layout lays it out)
-/// with its gradients, and writes the model copy (16-bit, or fp32), on the host (adamw_update_cpu over the
-/// host slot) or on the device (gradients copied in next to the state, the executor's kernel, the
-/// model copy copied out). Both give the same bits. Usable for any pipeline of this layout. A
-/// subgroup that crosses parameter ranges of different rates (step_rates) is updated a piece per
-/// range.
+/// subgroup_kernel<Rule, ...>: the kernel an offloaded optimizer gives its subgroup_pipeline for
+/// one step. It updates one subgroup's state (fp32 master weights, then the rule's arrays, as
+/// offload_layout lays it out) with its gradients by the update rule `Rule`
+/// (optim/update_rule.hpp), and writes the model copy (16-bit, or fp32), on the host
+/// (Rule::update_cpu over the host slot) or on the device (gradients copied in next to the state,
+/// the executor's kernel, offload/rule_device.hpp; the model copy copied out). Both give the same
+/// bits. Usable for any pipeline of this layout. A subgroup that crosses parameter ranges of
+/// different rates (step_rates) is updated a piece per range. adamw_subgroup_kernel is the
+/// kernel with adamw_rule.
 ///
 /// The model copy lives in host memory (host kernels write it, device ones copy it out) or in the
 /// executor's device memory (device kernels write it in place; host kernels write it into host
@@ -29,12 +31,12 @@
 #include "strata/core/thread_pool.hpp"
 #include "strata/exec/device_span.hpp"
 #include "strata/exec/executor.hpp"
-#include "strata/offload/adamw_device.hpp"
+#include "strata/offload/rule_device.hpp"
 #include "strata/offload/offload_layout.hpp"
-#include "strata/optim/adamw_cpu.hpp"
-#include "strata/optim/adamw_math.hpp"
+#include "strata/optim/adamw_rule.hpp"
 #include "strata/optim/cpu_dispatch.hpp"
 #include "strata/optim/step_rates.hpp"
+#include "strata/optim/update_rule.hpp"
 
 namespace strata {
 
@@ -108,14 +110,16 @@ std::size_t adopt_model_copy(std::span<float> master, std::span<const H> model, 
 /// framework tensor's own; empty: the part of the model copy, if any). Parameters no part
 /// covers are left as they are. `Pieces::has_own_weights()`: whether pieces bring weights of their
 /// own. `Commit(s)`: called when subgroup s's update committed.
-template <executor Exec, gradient_type G, class H, class Pieces, class Commit>
+template <update_rule Rule, executor Exec, gradient_type G, class H, class Pieces, class Commit>
   requires model_copy_type<H>
-class adamw_subgroup_kernel {
+class subgroup_kernel {
  public:
+  using step_params = typename Rule::step_params;
+
   /// `exec` is needed only for a model copy in device memory. `adopt_model`: the host weights
   /// are read first and the master follows them where they were written (adopt_model_copy;
   /// host updates only).
-  adamw_subgroup_kernel(const offload_layout& layout, step_constants k, Pieces pieces, model_copy<H> model,
+  subgroup_kernel(const offload_layout& layout, rule_constants<Rule> k, Pieces pieces, model_copy<H> model,
                         thread_pool* pool, Commit commit, Exec* exec = nullptr, bool adopt_model = false)
       : layout_(layout),
         k_(std::move(k)),
@@ -127,25 +131,22 @@ class adamw_subgroup_kernel {
         adopt_(adopt_model),
         on_host_(model.device.empty() ? 0 : layout.subgroups(), 0) {
     STRATA_EXPECTS(model_.device.empty() || (exec_ != nullptr && model_.staging.size() == model_.device.size()),
-                   config_error, "adamw_subgroup_kernel: a model copy in device memory needs the executor and staging");
+                   config_error, "subgroup_kernel: a model copy in device memory needs the executor and staging");
     STRATA_EXPECTS(!adopt_ || model_.device.empty(), config_error,
-                   "adamw_subgroup_kernel: adopting the model needs its weights in host memory");
+                   "subgroup_kernel: adopting the model needs its weights in host memory");
   }
 
   void host(std::size_t s, std::span<std::byte> slot) {
     const std::size_t n = layout_.length(s);
     const std::size_t base = layout_.begin(s);
-    float* st = reinterpret_cast<float*>(slot.data());
+    const state_view view = state_view::of(slot.data(), layout_.format, n);
     pieces_.for_each(s, slot, [&](std::size_t lo, std::size_t hi, std::span<const G> grads, std::span<H> own) {
       const std::span<H> model = weights(s, lo, hi, own);
-      if (adopt_ && !model.empty()) adopt_model_copy<H>(std::span<float>(st + (lo - base), hi - lo), model, pool_);
+      if (adopt_ && !model.empty()) adopt_model_copy<H>(std::span<float>(view.master + (lo - base), hi - lo), model, pool_);
       if (grads.empty()) return;
-      k_.for_each_piece(lo, hi - lo, [&](std::size_t off, std::size_t len, const adamw_step_params& k) {
-        const std::size_t at = lo - base + off;
-        adamw_update_cpu<G, H>(std::span<float>(st + at, len), std::span<float>(st + n + at, len),
-                               std::span<float>(st + 2 * n + at, len),
-                               layout_.sections == 4 ? std::span<float>(st + 3 * n + at, len) : std::span<float>(),
-                               grads.subspan(off, len), model.empty() ? model : model.subspan(off, len), k, pool_);
+      k_.for_each_piece(lo, hi - lo, [&](std::size_t off, std::size_t len, const step_params& k) {
+        Rule::template update_cpu<G, H>(view, lo - base + off, len, grads.data() + off,
+                                        model.empty() ? nullptr : model.data() + off, k, pool_);
       });
     });
     if (!on_host_.empty()) on_host_[s] = 1;  // read by committed(), which the pipeline calls after this returns
@@ -170,10 +171,10 @@ class adamw_subgroup_kernel {
   }
 
   void device_update(std::size_t s, std::span<std::byte> device, Exec& exec)
-    requires adamw_executor<Exec>
+    requires rule_executor<Exec, Rule>
   {
     const std::size_t n = layout_.length(s);
-    float* st = reinterpret_cast<float*>(device.data());
+    const state_view view = state_view::of(device.data(), layout_.format, n);
     auto* g = reinterpret_cast<const G*>(device.data() + layout_.device_gradient_offset());
     // in place in a device model; else in the slot, copied out by device_out (a float copy is
     // the updated master itself, which device_out copies from the state: nothing to write)
@@ -184,16 +185,9 @@ class adamw_subgroup_kernel {
     const std::size_t base = layout_.begin(s);
     pieces_.for_each(s, {}, [&](std::size_t lo, std::size_t hi, std::span<const G> grads, std::span<H>) {
       if (grads.empty()) return;
-      k_.for_each_piece(lo, hi - lo, [&](std::size_t off, std::size_t len, const adamw_step_params& k) {
+      k_.for_each_piece(lo, hi - lo, [&](std::size_t off, std::size_t len, const step_params& k) {
         const std::size_t at = lo - base + off;
-        enqueue_adamw(exec,
-                      adamw_group<G, H>{std::span<float>(st + at, len), std::span<float>(st + n + at, len),
-                                        std::span<float>(st + 2 * n + at, len),
-                                        layout_.sections == 4 ? std::span<float>(st + 3 * n + at, len)
-                                                              : std::span<float>(),
-                                        std::span<const G>(g + at, len),
-                                        write_copy ? std::span<H>(out + at, len) : std::span<H>()},
-                      k);
+        enqueue_update<Rule>(exec, view, at, len, g + at, write_copy ? out + at : static_cast<H*>(nullptr), k);
       });
     });
   }
@@ -225,7 +219,7 @@ class adamw_subgroup_kernel {
   }
 
   offload_layout layout_;
-  step_constants k_;
+  rule_constants<Rule> k_;
   Pieces pieces_;
   model_copy<H> model_;
   thread_pool* pool_;
@@ -234,5 +228,9 @@ class adamw_subgroup_kernel {
   bool adopt_;
   std::vector<char> on_host_;  // with a device model: which subgroups a host kernel updated
 };
+
+/// The kernel of an AdamW step (the name it had before the engine was generic over rules).
+template <executor Exec, gradient_type G, class H, class Pieces, class Commit>
+using adamw_subgroup_kernel = subgroup_kernel<adamw_rule, Exec, G, H, Pieces, Commit>;
 
 }  // namespace strata
