@@ -17,6 +17,9 @@ Rules (docs/README.md, "How the pages are kept true", says them for writers):
   * Every page under docs/ is linked from docs/README.md; README.md has at most --max-readme lines.
   * Every public header (include/strata) opens with a comment: its contract, the API reference.
 Exit status 1 and one line per problem (PAGE:LINE: what) when anything fails.
+
+With --refresh the pages' file and snippet blocks are first rewritten from their sources (what a
+writer runs after changing a region), then every rule is checked as usual.
 """
 
 import argparse
@@ -100,6 +103,35 @@ class Checker:
         while j >= 0 and not lines[j].strip():
             j -= 1
         return MARKER.match(lines[j]) if j >= 0 else None
+
+    # --- refreshing ---------------------------------------------------------------------------
+    def refresh_page(self, page):
+        """Rewrites each file/snippet block of `page` from its source; returns how many changed."""
+        path = self.root / page
+        lines = path.read_text(encoding="utf-8").split("\n")
+        out, changed, k = [], 0, 0
+        while k < len(lines):
+            out.append(lines[k])
+            m = MARKER.match(lines[k])
+            fence = k + 1 < len(lines) and lines[k + 1].startswith("```") and len(lines[k + 1]) > 3
+            if not m or m.group(1) not in ("file", "snippet") or not m.group(2) or not fence:
+                k += 1
+                continue
+            end = next((j for j in range(k + 2, len(lines)) if lines[j].startswith("```")), None)
+            rel, _, name = m.group(2).partition("#")
+            src = self.root / rel
+            text = src.read_text(encoding="utf-8") if src.is_file() else None
+            body = (text.rstrip("\n") if m.group(1) == "file" else self.region(text, name)) if text is not None else None
+            if end is None or body is None:  # left for the check to report
+                k += 1
+                continue
+            new = body.rstrip("\n").split("\n")
+            changed += new != lines[k + 2:end]
+            out += [lines[k + 1], *new, lines[end]]
+            k = end + 1
+        if changed:
+            path.write_text("\n".join(out), encoding="utf-8")
+        return changed
 
     # --- code blocks -------------------------------------------------------------------------
     def check_block(self, page, line, lang, body, marker):
@@ -451,9 +483,16 @@ def main():
     ap.add_argument("--build", help="build directory whose programs answer --help (e.g. build/default)")
     ap.add_argument("--pages", nargs="*", help="pages relative to the root (default: README.md, BENCHMARKS.md, docs/**/*.md)")
     ap.add_argument("--max-readme", type=int, default=300, help="most lines README.md may have (0: no limit)")
+    ap.add_argument("--refresh", action="store_true",
+                    help="first rewrite the pages' file and snippet blocks from their sources, then check")
     args = ap.parse_args()
     c = Checker(args.root, args.build, args.max_readme)
     pages = args.pages or c.default_pages()
+    if args.refresh:
+        for p in pages:
+            n = c.refresh_page(p)
+            if n:
+                print(f"check-docs: refreshed {n} block(s) of {p}", file=sys.stderr)
     for p in pages:
         c.check_page(p)
     if not args.pages:

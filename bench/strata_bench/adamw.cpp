@@ -7,8 +7,9 @@
 // the update used to be compared with, has two streams instead of eight and is no bound; it is
 // still printed for reference.
 //
-// Bytes per parameter, each counted once: read master, m, v (12 B) and the gradient (4 or 2 B);
-// write master, m, v (12 B) and the 16-bit model copy (2 B, unless --no-model-copy).
+// Bytes per parameter, each counted once: read master, m, v (12 B; 8 B with --moments bf16) and
+// the gradient (4 or 2 B); write master, m, v (12 B; 8 B) and the 16-bit model copy (2 B, unless
+// --no-model-copy).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -38,11 +39,12 @@ struct cpu_times {
   double streams = 0;
 };
 
-template <class G>
+template <class G, class M>
 cpu_times cpu_seconds_per_step(std::uint64_t n, std::size_t threads, bool model_copy, cpu_isa isa, std::size_t tile,
                                int reps) {
-  aligned_buffer pb(n * 4, 64), mb(n * 4, 64), vb(n * 4, 64), gb(n * sizeof(G), 64), ob(n * 2, 64);
-  auto p = pb.as<float>(), m = mb.as<float>(), v = vb.as<float>();
+  aligned_buffer pb(n * 4, 64), mb(n * sizeof(M), 64), vb(n * sizeof(M), 64), gb(n * sizeof(G), 64), ob(n * 2, 64);
+  auto p = pb.as<float>();
+  auto m = mb.as<M>(), v = vb.as<M>();
   auto g = gb.as<G>();
   auto out = ob.as<bf16>();
   thread_pool pool(threads, "adamw-bench");
@@ -51,8 +53,8 @@ cpu_times cpu_seconds_per_step(std::uint64_t n, std::size_t threads, bool model_
     std::minstd_rand rng(static_cast<unsigned>(b));
     for (std::size_t i = b; i < e; ++i) {
       p[i] = static_cast<float>(rng() % 1000) * 1e-3f;
-      m[i] = 0;
-      v[i] = 0;
+      m[i] = M(0.0f);
+      v[i] = M(0.0f);
       g[i] = G(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-4f);
       out[i] = bf16(0.0f);
     }
@@ -69,9 +71,9 @@ cpu_times cpu_seconds_per_step(std::uint64_t n, std::size_t threads, bool model_
   for (int r = 0; r <= reps; ++r) {
     const auto k = make_adamw_step_params(o, r + 1, 1e-3);
     const double u = seconds([&] {
-      adamw_update_cpu(p, m, v, std::span<float>(), std::span<const G>(g), copy, k, &pool, tile, isa);
+      adamw_update_cpu<G, bf16, M>(p, m, v, std::span<M>(), std::span<const G>(g), copy, k, &pool, tile, isa);
     });
-    const double b = seconds([&] { adamw_streams_cpu(p, m, v, std::span<const G>(g), copy, &pool, tile, isa); });
+    const double b = seconds([&] { adamw_streams_cpu<G, bf16, M>(p, m, v, std::span<const G>(g), copy, &pool, tile, isa); });
     if (r > 0) {
       best.update = std::min(best.update, u);
       best.streams = std::min(best.streams, b);
@@ -84,6 +86,7 @@ int run(args& a) {
   const auto n = a.count("params", 64'000'000);
   const auto threads = a.count("threads", default_thread_count());
   const auto grad = a.choice("grad", {"fp32", "bf16", "fp16"}, "bf16");
+  const auto moments = a.choice("moments", {"fp32", "bf16"}, "fp32");
   const auto device = a.choice("device", {"cpu", "cuda"}, "cpu");
   const auto isa_name = a.choice("isa", {"automatic", "portable", "avx2", "avx512"}, "automatic");
   const auto reps = a.count("reps", 5);
@@ -94,7 +97,8 @@ int run(args& a) {
   if (n == 0 || threads == 0 || threads > 1024 || reps == 0 || tile == 0)
     throw usage_error("adamw: --params, --threads (1..1024), --reps and --tile must be positive");
   const std::uint64_t grad_bytes = grad == "fp32" ? 4 : 2;
-  const std::uint64_t bytes_per_param = 24 + grad_bytes + (model_copy ? 2 : 0);
+  const std::uint64_t moment_bytes = moments == "fp32" ? 4 : 2;
+  const std::uint64_t bytes_per_param = 2 * (4 + 2 * moment_bytes) + grad_bytes + (model_copy ? 2 : 0);
 
   double seconds = 0;
   double bound_GBps = 0;
@@ -103,6 +107,7 @@ int run(args& a) {
   std::string path;
   if (device == "cuda") {
 #if STRATA_BENCH_CUDA
+    if (moments != "fp32") throw usage_error("adamw: --device cuda measures fp32 moments only (--moments fp32)");
     const auto r = cuda_adamw_bench(n, grad, model_copy, static_cast<int>(reps));
     seconds = r.seconds;
     bound_GBps = r.d2d_copy_GBps;
@@ -119,9 +124,12 @@ int run(args& a) {
     isa = resolve_cpu_isa(isa);
     path = std::string(to_string(isa));
     const int r = static_cast<int>(reps);
-    const cpu_times t = grad == "fp32"   ? cpu_seconds_per_step<float>(n, threads, model_copy, isa, tile, r)
-                        : grad == "bf16" ? cpu_seconds_per_step<bf16>(n, threads, model_copy, isa, tile, r)
-                                         : cpu_seconds_per_step<fp16>(n, threads, model_copy, isa, tile, r);
+    const auto per_step = [&]<class M>() {
+      return grad == "fp32"   ? cpu_seconds_per_step<float, M>(n, threads, model_copy, isa, tile, r)
+             : grad == "bf16" ? cpu_seconds_per_step<bf16, M>(n, threads, model_copy, isa, tile, r)
+                              : cpu_seconds_per_step<fp16, M>(n, threads, model_copy, isa, tile, r);
+    };
+    const cpu_times t = moments == "fp32" ? per_step.template operator()<float>() : per_step.template operator()<bf16>();
     seconds = t.update;
     // The bound: the update's own streams without its arithmetic, interleaved with it.
     bound_GBps = static_cast<double>(n * bytes_per_param) / t.streams / 1e9;
@@ -139,6 +147,7 @@ int run(args& a) {
                            .add("params", n)
                            .add("threads", threads)
                            .add("grad", grad)
+                           .add("moments", moments)
                            .add("model_copy", model_copy)
                            .add("bytes_per_param", bytes_per_param)
                            .add("seconds", seconds)
@@ -150,7 +159,7 @@ int run(args& a) {
                            .add("memcpy_GBps", memcpy_GBps)
                            .str());
   } else {
-    fmt::print("adamw on {} ({}): {} params, {} grads{}, {} threads\n", device, path, n, grad,
+    fmt::print("adamw on {} ({}): {} params, {} grads, {} moments{}, {} threads\n", device, path, n, grad, moments,
                model_copy ? " + bf16 model copy" : "", device == "cuda" ? 0 : threads);
     fmt::print("  {:.3f} ms per step, {:.3f} Gparams/s, {:.2f} GB/s ({} B/param, each byte once)\n", seconds * 1e3,
                gparams, GBps, bytes_per_param);
@@ -161,7 +170,7 @@ int run(args& a) {
 }
 
 const registration reg{{"adamw", "AdamW update throughput vs the same-run memory bandwidth bound",
-                        "[--params 64M] [--threads N] [--grad fp32|bf16|fp16] [--device cpu|cuda] "
+                        "[--params 64M] [--threads N] [--grad fp32|bf16|fp16] [--moments fp32|bf16] [--device cpu|cuda] "
                         "[--isa automatic|portable|avx2|avx512] [--tile 16384] [--reps 5] [--no-model-copy] [--json]",
                         &run}};
 }  // namespace

@@ -2,8 +2,8 @@
 // The memory bound of the CPU AdamW update: the update with its arithmetic taken out.
 //
 // adamw_streams_cpu moves exactly the streams adamw_update_cpu moves, in the same way: it loads
-// p, m, v and the gradient (widened from bf16/fp16 by the same load) and stores p, m, v and the
-// model copy (narrowed by the same store), one vector at a time, over the same tiles, on the same
+// p, m, v and the gradient (widened from bf16/fp16 by the same load; bf16 moments likewise) and
+// stores p, m, v and the model copy (narrowed by the same store), one vector at a time, over the same tiles, on the same
 // thread pool, with the same instruction set, the same software prefetches and the same kinds
 // of stores (ordinary ones for p, m and v; non-temporal ones for the model copy, as the update). Only adamw_element is missing: the loaded values are
 // hidden from the optimizer (an empty asm per vector) and stored back unchanged, so no load or
@@ -31,23 +31,25 @@ namespace streams_detail {
 #define STRATA_BENCH_FLOAT_REG(x) "+m"(x)
 #endif
 
-template <class G, class H>
-void streams_portable(float* p, float* m, float* v, const G* g, H* out, std::size_t n) {
+template <class G, class H, class M>
+void streams_portable(float* p, M* m, M* v, const G* g, H* out, std::size_t n) {
+  using strata::detail::narrow;
+  using strata::detail::widen;
   for (std::size_t i = 0; i < n; ++i) {
-    float pi = p[i], mi = m[i], vi = v[i], gi = strata::detail::widen(g[i]);
+    float pi = p[i], mi = widen(m[i]), vi = widen(v[i]), gi = widen(g[i]);
     __asm__ volatile("" : STRATA_BENCH_FLOAT_REG(pi), STRATA_BENCH_FLOAT_REG(mi), STRATA_BENCH_FLOAT_REG(vi),
                      STRATA_BENCH_FLOAT_REG(gi));
     p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
+    m[i] = narrow<M>(mi);
+    v[i] = narrow<M>(vi);
     if constexpr (!std::is_same_v<H, strata::detail::no_model_copy>) out[i] = strata::detail::narrow<H>(pi);
   }
 }
 
 #if STRATA_CPU_X86_PATHS
 #define STRATA_BENCH_DEFINE_STREAMS(SUFFIX, FN, V, LOAD, STORE, STREAM)                                             \
-  template <class G, class H>                                                                                \
-  FN void streams_##SUFFIX(float* p, float* m, float* v, const G* g, H* out, std::size_t n) {                \
+  template <class G, class H, class M>                                                                       \
+  FN void streams_##SUFFIX(float* p, M* m, M* v, const G* g, H* out, std::size_t n) {                        \
     using namespace strata::detail::simd;                                                                    \
     constexpr std::size_t W = V::width;                                                                      \
     std::size_t i = 0;                                                                                       \
@@ -71,23 +73,23 @@ STRATA_BENCH_DEFINE_STREAMS(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8, s
 #undef STRATA_BENCH_DEFINE_STREAMS
 #endif
 
-template <class G, class H>
-using streams_fn = void (*)(float*, float*, float*, const G*, H*, std::size_t);
+template <class G, class H, class M>
+using streams_fn = void (*)(float*, M*, M*, const G*, H*, std::size_t);
 
-template <class G, class H>
-streams_fn<G, H> pick_streams(cpu_isa isa) {
+template <class G, class H, class M>
+streams_fn<G, H, M> pick_streams(cpu_isa isa) {
 #if STRATA_CPU_X86_PATHS
-  if (isa == cpu_isa::avx512) return &streams_avx512<G, H>;
-  if (isa == cpu_isa::avx2) return &streams_avx2<G, H>;
+  if (isa == cpu_isa::avx512) return &streams_avx512<G, H, M>;
+  if (isa == cpu_isa::avx2) return &streams_avx2<G, H, M>;
 #endif
   (void)isa;
-  return &streams_portable<G, H>;
+  return &streams_portable<G, H, M>;
 }
 
-template <class G, class H>
-void run_streams(float* p, float* m, float* v, const G* g, H* out, std::size_t n, thread_pool* pool, std::size_t tile,
+template <class G, class H, class M>
+void run_streams(float* p, M* m, M* v, const G* g, H* out, std::size_t n, thread_pool* pool, std::size_t tile,
                  cpu_isa isa) {
-  const auto fn = pick_streams<G, H>(resolve_cpu_isa(isa));
+  const auto fn = pick_streams<G, H, M>(resolve_cpu_isa(isa));
   strata::detail::parallel_tiles(n, tile, pool, [&](std::size_t b, std::size_t e) {
     fn(p + b, m + b, v + b, g + b, out == nullptr ? nullptr : out + b, e - b);
   });
@@ -95,16 +97,17 @@ void run_streams(float* p, float* m, float* v, const G* g, H* out, std::size_t n
 
 }  // namespace streams_detail
 
-/// Moves the streams of adamw_update_cpu(p, m, v, {}, g, out, {}, pool, tile, isa) without its
-/// arithmetic (see the file comment); `out` empty: no model copy, as in the update.
-template <class G, class H>
-void adamw_streams_cpu(std::span<float> p, std::span<float> m, std::span<float> v, std::span<const G> g,
-                       std::span<H> out, thread_pool* pool, std::size_t tile, cpu_isa isa) {
+/// Moves the streams of adamw_update_cpu<G, H, M>(p, m, v, {}, g, out, {}, pool, tile, isa)
+/// without its arithmetic (see the file comment); `out` empty: no model copy, as in the update.
+template <class G, class H, class M = float>
+void adamw_streams_cpu(std::span<float> p, std::span<M> m, std::span<M> v, std::span<const G> g, std::span<H> out,
+                       thread_pool* pool, std::size_t tile, cpu_isa isa) {
   if (out.empty())
-    streams_detail::run_streams<G, strata::detail::no_model_copy>(p.data(), m.data(), v.data(), g.data(), nullptr, p.size(),
-                                                          pool, tile, isa);
+    streams_detail::run_streams<G, strata::detail::no_model_copy, M>(p.data(), m.data(), v.data(), g.data(), nullptr,
+                                                                     p.size(), pool, tile, isa);
   else
-    streams_detail::run_streams<G, H>(p.data(), m.data(), v.data(), g.data(), out.data(), p.size(), pool, tile, isa);
+    streams_detail::run_streams<G, H, M>(p.data(), m.data(), v.data(), g.data(), out.data(), p.size(), pool, tile,
+                                         isa);
 }
 
 }  // namespace strata::bench

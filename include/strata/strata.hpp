@@ -32,6 +32,7 @@
 #include "strata/sync/node_limiter.hpp"
 #include "strata/sync/rw_limiter.hpp"
 
+#include "strata/optim/adamw_bf16_rule.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
 #include "strata/optim/adamw_rule.hpp"
@@ -102,6 +103,7 @@
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offload_stats.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
+#include "strata/offload/offloaded_adamw_bf16.hpp"
 #include "strata/offload/offloaded_lion.hpp"
 #include "strata/offload/offloaded_optimizer.hpp"
 #include "strata/offload/offloaded_sgd.hpp"

@@ -108,6 +108,18 @@ class CheckDocsTest(unittest.TestCase):
     def test_a_snippet_that_drifted_from_its_region_is_reported(self):
         self.expect(self.guide_with("x += 2;", "x += 3;"), "block differs from tests/snips_test.cpp#add")
 
+    def test_refresh_rewrites_drifted_blocks_from_their_sources_and_the_check_then_passes(self):
+        root = self.make({"tests/snips_test.cpp": PAGES["tests/snips_test.cpp"].replace("x += 2;", "x += 5;"),
+                          "examples/hello.cpp": "int main() { return 3; }\n"})
+        rc, out = self.run_checker(root)
+        self.assertEqual(rc, 1, out)
+        rc, out = self.run_checker(root, "--refresh")
+        self.assertEqual(rc, 0, out)
+        guide = (root / "docs/guide.md").read_text()
+        self.assertIn("x += 5;", guide)
+        self.assertIn("int main() { return 3; }", guide)
+        self.assertIn("output needs no marker", guide)  # other blocks as they were
+
     def test_a_missing_region_is_reported(self):
         self.expect(self.guide_with("#add", "#sub"), "has no region 'doc-snippet: sub'")
 

@@ -131,6 +131,31 @@ TEST_CASE("the offloaded_adamw fragment of the guide runs over a directory and a
   opt.remove_state();
 }
 
+TEST_CASE("the other-rules fragment of the guide runs SGD and AdamW with bf16 moments through the same engine") {
+  const std::size_t n = 10'000;
+  std::vector<float> initial_weights(n, 0.25f);
+  std::vector<strata::bf16> grads(n, strata::bf16(0.01f));
+  const strata::adamw_options adamw_options{.lr = 1e-3, .weight_decay = 0.01};
+  const strata::offload_options offload{.subgroup_elems = 4096};
+  // doc-snippet: other_rules
+  strata::host_tier t1, t2;  // any tier stack, as above
+  strata::offloaded_sgd<strata::host_tier> sgd(t1, initial_weights, {.lr = 0.1, .momentum = 0.9, .nesterov = true},
+                                               offload);
+  sgd.step(std::span<const strata::bf16>(grads), 0.1);
+  std::vector<float> momentum(n);
+  sgd.read_state("momentum_buffer", momentum);  // each array of the rule's state, by torch's name
+
+  strata::offloaded_adamw_bf16<strata::host_tier> adamw16(t2, initial_weights, adamw_options, offload);
+  adamw16.step(std::span<const strata::bf16>(grads), 1e-3);
+  const auto bytes = adamw16.layout().state_bytes_per_param();  // 8: fp32 master, bf16 m and v (AdamW: 12)
+  // doc-snippet-end
+  CHECK(momentum[0] == static_cast<float>(strata::bf16(0.01f)));  // the first step's buffer is the gradient
+  CHECK(bytes == 8);
+  std::vector<float> w(n);
+  adamw16.read_master(w);
+  CHECK(w[0] < 0.25f);
+}
+
 TEST_CASE("the simulated device fragment of the guide updates every other subgroup on the executor") {
   strata::host_tier tier(strata::host_tier_options{.name = "host"});
   const std::size_t n = 100'000;

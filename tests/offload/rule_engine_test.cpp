@@ -45,6 +45,11 @@ struct adamw_fixture {
     return {plain, ams, adam};
   }
 };
+struct adamw_bf16_fixture {
+  using rule = strata::adamw_bf16_rule;
+  using other = strata::adamw_rule;  // the same options, another state format
+  static std::vector<strata::adamw_options> variants() { return adamw_fixture::variants(); }
+};
 struct sgd_fixture {
   using rule = strata::sgd_rule;
   using other = strata::lion_rule;
@@ -86,7 +91,7 @@ struct flat_rule_reference {
   typename R::options_type o;
   strata::state_format f;
   std::vector<float> p;
-  std::vector<std::vector<float>> arrays;
+  std::vector<std::vector<std::byte>> arrays;  // each array's elements, of the format's type
   std::int64_t steps = 0;
   std::size_t subgroup;
   std::optional<double> max_norm;
@@ -97,16 +102,34 @@ struct flat_rule_reference {
       : o(opts),
         f(R::format(opts)),
         p(init.begin(), init.end()),
-        arrays(f.count, std::vector<float>(init.size(), 0.0f)),
+        arrays(),
         subgroup(off.subgroup_elems),
         max_norm(off.max_grad_norm > 0 ? std::optional<double>(off.max_grad_norm) : std::nullopt),
         scaler(off.loss_scaling),
-        tracks(off.max_grad_norm > 0 || off.loss_scaling.enabled) {}
+        tracks(off.max_grad_norm > 0 || off.loss_scaling.enabled) {
+    for (std::size_t a = 0; a < f.count; ++a)
+      arrays.emplace_back(init.size() * strata::element_bytes(f.arrays[a].element), std::byte{0});
+  }
+
+  // Array a widened to fp32.
+  std::vector<float> array(std::size_t a) const {
+    std::vector<float> out(p.size());
+    if (f.arrays[a].element == strata::state_element::f32) {
+      std::memcpy(out.data(), arrays[a].data(), out.size() * sizeof(float));
+    } else {
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        strata::bf16 h;
+        std::memcpy(&h, arrays[a].data() + i * sizeof(h), sizeof(h));
+        out[i] = static_cast<float>(h);
+      }
+    }
+    return out;
+  }
 
   strata::state_view view() {
     strata::state_view v;
     v.master = p.data();
-    for (std::size_t a = 0; a < f.count; ++a) v.arrays[a] = reinterpret_cast<std::byte*>(arrays[a].data());
+    for (std::size_t a = 0; a < f.count; ++a) v.arrays[a] = arrays[a].data();
     return v;
   }
 
@@ -145,8 +168,9 @@ void require_same(Opt& opt, flat_rule_reference<R>& ref) {
   REQUIRE(same_bits(got, ref.p));
   for (std::size_t a = 0; a < ref.f.count; ++a) {
     opt.read_state(ref.f.arrays[a].name, got);
-    INFO("array " << ref.f.arrays[a].name << ": first difference at " << first_difference(got, ref.arrays[a]));
-    REQUIRE(same_bits(got, ref.arrays[a]));
+    const auto want = ref.array(a);
+    INFO("array " << ref.f.arrays[a].name << ": first difference at " << first_difference(got, want));
+    REQUIRE(same_bits(got, want));
   }
   REQUIRE(opt.step_count() == static_cast<std::uint64_t>(ref.steps));
 }
@@ -409,11 +433,11 @@ TEST_CASE_TEMPLATE_DEFINE("an offloaded rule reads back each array of its state 
 }
 
 // doc-snippet: invoke
-TEST_CASE_TEMPLATE_INVOKE(rule_flat_identity, adamw_fixture, sgd_fixture, lion_fixture);
-TEST_CASE_TEMPLATE_INVOKE(rule_device_identity, adamw_fixture, sgd_fixture, lion_fixture);
-TEST_CASE_TEMPLATE_INVOKE(rule_checkpoint, adamw_fixture, sgd_fixture, lion_fixture);
-TEST_CASE_TEMPLATE_INVOKE(rule_fault_retry, adamw_fixture, sgd_fixture, lion_fixture);
-TEST_CASE_TEMPLATE_INVOKE(rule_read_state, adamw_fixture, sgd_fixture, lion_fixture);
+TEST_CASE_TEMPLATE_INVOKE(rule_flat_identity, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
+TEST_CASE_TEMPLATE_INVOKE(rule_device_identity, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
+TEST_CASE_TEMPLATE_INVOKE(rule_checkpoint, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
+TEST_CASE_TEMPLATE_INVOKE(rule_fault_retry, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
+TEST_CASE_TEMPLATE_INVOKE(rule_read_state, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
 // doc-snippet-end
 
 TEST_CASE("a version 3 AdamW manifest (before rules were recorded) is read as AdamW's") {

@@ -58,11 +58,6 @@ struct offload_layout {
     l.subgroup_elems = o.subgroup_elems;
     l.format = format;
     l.tier_gradients = o.gradients == gradient_residency::tier;
-    // fp32 gradients read from the tier land right after the state in the slot
-    STRATA_EXPECTS(!l.tier_gradients || format.bytes_per_param() % sizeof(float) == 0, config_error,
-                   "offload_layout: gradients on the tier need a state of whole 4-byte words per parameter, not {} "
-                   "bytes ('{}')",
-                   format.bytes_per_param(), describe(format));
     return l;
   }
   /// The layout of AdamW's state (of_format with adamw_rule::format(a)).
@@ -110,9 +105,11 @@ struct offload_layout {
   [[nodiscard]] std::uint64_t gradient_bytes(std::size_t s) const noexcept {
     return tier_gradients ? static_cast<std::uint64_t>(length(s)) * sizeof(float) : 0;
   }
-  /// Bytes of one host slot (the largest subgroup's state and tier gradients).
+  /// Bytes of one host slot (the largest subgroup's state and tier gradients, which start at the
+  /// next 16-byte boundary: pipeline_object::aux_offset).
   [[nodiscard]] std::uint64_t slot_bytes() const noexcept {
-    return static_cast<std::uint64_t>(max_length()) * (state_bytes_per_param() + (tier_gradients ? sizeof(float) : 0));
+    const std::uint64_t state = static_cast<std::uint64_t>(max_length()) * state_bytes_per_param();
+    return tier_gradients ? pipeline_object::aux_offset(state) + gradient_bytes(0) : state;
   }
   /// What one host slot costs a host_budget (whole pages).
   [[nodiscard]] std::uint64_t slot_footprint() const noexcept { return host_budget::footprint(slot_bytes()); }

@@ -35,30 +35,32 @@ inline constexpr std::size_t adamw_default_tile_elems = 16384;
 
 namespace detail {
 
-template <bool L2, bool Amsgrad, class G, class H>
-[[gnu::always_inline]] inline void adamw_loop(float* __restrict p, float* __restrict m, float* __restrict v,
-                                              float* __restrict vmax, const G* __restrict g, H* __restrict out,
+// M is the moments' element: float, or bf16 (widened exactly before the update, rounded to
+// nearest even after it, as narrow() rounds a model copy).
+template <bool L2, bool Amsgrad, class G, class H, class M>
+[[gnu::always_inline]] inline void adamw_loop(float* __restrict p, M* __restrict m, M* __restrict v,
+                                              M* __restrict vmax, const G* __restrict g, H* __restrict out,
                                               std::size_t n, const adamw_step_params k) {
   for (std::size_t i = 0; i < n; ++i) {
     // Keeps the loop scalar: vectorizers drop association barriers, and with FMA in the
     // baseline ISA (aarch64, -march=native) a vectorized loop could fuse products.
     __asm__ volatile("");
     float pi = p[i];
-    float mi = m[i];
-    float vi = v[i];
+    float mi = widen(m[i]);
+    float vi = widen(v[i]);
     float vm = 0;
-    if constexpr (Amsgrad) vm = vmax[i];
+    if constexpr (Amsgrad) vm = widen(vmax[i]);
     adamw_element<L2, Amsgrad>(pi, mi, vi, vm, widen(g[i]), k);
     p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-    if constexpr (Amsgrad) vmax[i] = vm;
+    m[i] = narrow<M>(mi);
+    v[i] = narrow<M>(vi);
+    if constexpr (Amsgrad) vmax[i] = narrow<M>(vm);
     if constexpr (!std::is_same_v<H, no_model_copy>) out[i] = narrow<H>(pi);
   }
 }
 
-template <bool L2, bool Amsgrad, class G, class H>
-STRATA_DETAIL_KERNEL_PORTABLE void adamw_kernel_portable(float* p, float* m, float* v, float* vmax, const G* g, H* out,
+template <bool L2, bool Amsgrad, class G, class H, class M>
+STRATA_DETAIL_KERNEL_PORTABLE void adamw_kernel_portable(float* p, M* m, M* v, M* vmax, const G* g, H* out,
                                                          std::size_t n, const adamw_step_params k) {
   adamw_loop<L2, Amsgrad>(p, m, v, vmax, g, out, n, k);
 }
@@ -67,41 +69,42 @@ namespace simd {
 STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(avx512, STRATA_DETAIL_AVX512_FN, f32x16, load16, store16, stream16)
 STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8, stream8)
 }  // namespace simd
-template <bool L2, bool Amsgrad, class G, class H>
-STRATA_DETAIL_KERNEL_AVX2 void adamw_kernel_avx2(float* p, float* m, float* v, float* vmax, const G* g, H* out,
-                                                 std::size_t n, const adamw_step_params k) {
+template <bool L2, bool Amsgrad, class G, class H, class M>
+STRATA_DETAIL_KERNEL_AVX2 void adamw_kernel_avx2(float* p, M* m, M* v, M* vmax, const G* g, H* out, std::size_t n,
+                                                 const adamw_step_params k) {
   simd::adamw_loop_avx2<L2, Amsgrad>(p, m, v, vmax, g, out, n, k);
 }
-template <bool L2, bool Amsgrad, class G, class H>
-STRATA_DETAIL_KERNEL_AVX512 void adamw_kernel_avx512(float* p, float* m, float* v, float* vmax, const G* g, H* out,
+template <bool L2, bool Amsgrad, class G, class H, class M>
+STRATA_DETAIL_KERNEL_AVX512 void adamw_kernel_avx512(float* p, M* m, M* v, M* vmax, const G* g, H* out,
                                                      std::size_t n, const adamw_step_params k) {
   simd::adamw_loop_avx512<L2, Amsgrad>(p, m, v, vmax, g, out, n, k);
 }
 #endif
 
-template <class G, class H>
-using adamw_kernel_fn = void (*)(float*, float*, float*, float*, const G*, H*, std::size_t, adamw_step_params);
+template <class G, class H, class M = float>
+using adamw_kernel_fn = void (*)(float*, M*, M*, M*, const G*, H*, std::size_t, adamw_step_params);
 
-template <bool L2, bool Amsgrad, class G, class H>
-adamw_kernel_fn<G, H> pick_adamw_kernel(cpu_isa isa) {
+template <bool L2, bool Amsgrad, class G, class H, class M = float>
+adamw_kernel_fn<G, H, M> pick_adamw_kernel(cpu_isa isa) {
 #if STRATA_CPU_X86_PATHS
-  if (isa == cpu_isa::avx512) return &adamw_kernel_avx512<L2, Amsgrad, G, H>;
-  if (isa == cpu_isa::avx2) return &adamw_kernel_avx2<L2, Amsgrad, G, H>;
+  if (isa == cpu_isa::avx512) return &adamw_kernel_avx512<L2, Amsgrad, G, H, M>;
+  if (isa == cpu_isa::avx2) return &adamw_kernel_avx2<L2, Amsgrad, G, H, M>;
 #endif
   (void)isa;
-  return &adamw_kernel_portable<L2, Amsgrad, G, H>;
+  return &adamw_kernel_portable<L2, Amsgrad, G, H, M>;
 }
 
-template <class G, class H>
-adamw_kernel_fn<G, H> pick_adamw_kernel(cpu_isa isa, bool l2, bool amsgrad) {
-  if (l2) return amsgrad ? pick_adamw_kernel<true, true, G, H>(isa) : pick_adamw_kernel<true, false, G, H>(isa);
-  return amsgrad ? pick_adamw_kernel<false, true, G, H>(isa) : pick_adamw_kernel<false, false, G, H>(isa);
+template <class G, class H, class M = float>
+adamw_kernel_fn<G, H, M> pick_adamw_kernel(cpu_isa isa, bool l2, bool amsgrad) {
+  if (l2)
+    return amsgrad ? pick_adamw_kernel<true, true, G, H, M>(isa) : pick_adamw_kernel<true, false, G, H, M>(isa);
+  return amsgrad ? pick_adamw_kernel<false, true, G, H, M>(isa) : pick_adamw_kernel<false, false, G, H, M>(isa);
 }
 
-template <class G, class H>
-void run_adamw_cpu(float* p, float* m, float* v, float* vmax, const G* g, H* out, std::size_t n,
-                   const adamw_step_params& k, thread_pool* pool, std::size_t tile, cpu_isa isa) {
-  const auto kernel = pick_adamw_kernel<G, H>(resolve_cpu_isa(isa), k.l2, k.amsgrad);
+template <class G, class H, class M = float>
+void run_adamw_cpu(float* p, M* m, M* v, M* vmax, const G* g, H* out, std::size_t n, const adamw_step_params& k,
+                   thread_pool* pool, std::size_t tile, cpu_isa isa) {
+  const auto kernel = pick_adamw_kernel<G, H, M>(resolve_cpu_isa(isa), k.l2, k.amsgrad);
   parallel_tiles(n, tile, pool, [&](std::size_t b, std::size_t e) {
     kernel(p + b, m + b, v + b, k.amsgrad ? vmax + b : nullptr, g + b, out == nullptr ? nullptr : out + b, e - b, k);
   });
@@ -110,7 +113,10 @@ void run_adamw_cpu(float* p, float* m, float* v, float* vmax, const G* g, H* out
 }  // namespace detail
 
 /// Updates n = master.size() parameters in place with the constants `k` (make_adamw_step_params).
-///  - master, exp_avg, exp_avg_sq: fp32 weights and moments, n each;
+///  - master: fp32 weights, n;
+///  - exp_avg, exp_avg_sq: the moments, n each, of type M (given, never deduced: fp32 by default,
+///    or bf16, widened exactly for the update and rounded back to nearest even:
+///    optim/adamw_bf16_rule.hpp);
 ///  - max_exp_avg_sq: n elements when k.amsgrad, else ignored (may be empty);
 ///  - grad: n gradients in float, bf16 or fp16 (as produced, still multiplied by the loss scale:
 ///    k.grad_scale unscales them in the same pass);
@@ -119,10 +125,11 @@ void run_adamw_cpu(float* p, float* m, float* v, float* vmax, const G* g, H* out
 /// Runs on the calling thread plus up to pool->size() - 1 workers of `pool` (nullptr: the
 /// calling thread only), in tiles of `tile_elems`. `isa` forces an instruction-set path
 /// (config_error if this CPU lacks it). Mismatched sizes are a config_error naming the span.
-template <gradient_type G, class H = bf16>
-  requires model_copy_type<H>
-void adamw_update_cpu(std::span<float> master, std::span<float> exp_avg, std::span<float> exp_avg_sq,
-                      std::span<float> max_exp_avg_sq, std::span<const G> grad, std::span<H> model_out,
+template <gradient_type G, class H = bf16, class M = float>
+  requires model_copy_type<H> && (std::is_same_v<M, float> || std::is_same_v<M, bf16>)
+void adamw_update_cpu(std::span<float> master, std::span<std::type_identity_t<M>> exp_avg,
+                      std::span<std::type_identity_t<M>> exp_avg_sq, std::span<std::type_identity_t<M>> max_exp_avg_sq,
+                      std::span<const G> grad, std::span<H> model_out,
                       const adamw_step_params& k, thread_pool* pool = nullptr,
                       std::size_t tile_elems = adamw_default_tile_elems, cpu_isa isa = cpu_isa::automatic) {
   const std::size_t n = master.size();
@@ -137,12 +144,12 @@ void adamw_update_cpu(std::span<float> master, std::span<float> exp_avg, std::sp
                  "adamw_update_cpu: model copy has {} elements for {} parameters (give n or none)", model_out.size(), n);
   STRATA_EXPECTS(tile_elems > 0, config_error, "adamw_update_cpu: tile_elems must be positive");
   if (model_out.empty())
-    detail::run_adamw_cpu<G, detail::no_model_copy>(master.data(), exp_avg.data(), exp_avg_sq.data(),
-                                                    max_exp_avg_sq.data(), grad.data(), nullptr, n, k, pool,
-                                                    tile_elems, isa);
+    detail::run_adamw_cpu<G, detail::no_model_copy, M>(master.data(), exp_avg.data(), exp_avg_sq.data(),
+                                                       max_exp_avg_sq.data(), grad.data(), nullptr, n, k, pool,
+                                                       tile_elems, isa);
   else
-    detail::run_adamw_cpu<G, H>(master.data(), exp_avg.data(), exp_avg_sq.data(), max_exp_avg_sq.data(), grad.data(),
-                                model_out.data(), n, k, pool, tile_elems, isa);
+    detail::run_adamw_cpu<G, H, M>(master.data(), exp_avg.data(), exp_avg_sq.data(), max_exp_avg_sq.data(),
+                                   grad.data(), model_out.data(), n, k, pool, tile_elems, isa);
 }
 
 /// What adamw_step_cpu did.

@@ -22,6 +22,7 @@
 #include "strata/core/expects.hpp"
 #include "strata/core/half.hpp"
 #include "strata/optim/adamw_math.hpp"
+#include "strata/optim/adamw_bf16_rule.hpp"
 #include "strata/optim/adamw_rule.hpp"
 #include "strata/optim/element_types.hpp"
 
@@ -61,55 +62,54 @@ __device__ inline void store4(H* out, std::size_t i, const float4& p) {
   }
 }
 
-template <bool L2, bool Amsgrad, class G, class H>
+// One element j: the moments (of type M: float, or bf16 widened exactly and rounded back to
+// nearest even) around adamw_element.
+template <bool L2, bool Amsgrad, class G, class H, class M>
+__device__ inline void adamw_one(float* p, M* m, M* v, M* vmax, const G* g, H* out, std::size_t j,
+                                 const adamw_step_params& k) {
+  float mj = widen(m[j]), vj = widen(v[j]), x = 0;
+  if constexpr (Amsgrad) x = widen(vmax[j]);
+  adamw_element<L2, Amsgrad>(p[j], mj, vj, x, widen(g[j]), k);
+  m[j] = narrow<M>(mj);
+  v[j] = narrow<M>(vj);
+  if constexpr (Amsgrad) vmax[j] = narrow<M>(x);
+  if constexpr (!std::is_same_v<H, no_model_copy>) out[j] = narrow<H>(p[j]);
+}
+
+template <bool L2, bool Amsgrad, class G, class H, class M>
 __global__ void __launch_bounds__(adamw_block_threads)
-    adamw_vec4_kernel(float* p, float* m, float* v, float* vmax, const G* g, H* out, std::size_t n,
-                      const adamw_step_params k) {
+    adamw_vec4_kernel(float* p, M* m, M* v, M* vmax, const G* g, H* out, std::size_t n, const adamw_step_params k) {
   const std::size_t n4 = n / 4;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (std::size_t i = first; i < n4; i += stride) {
     float4 P = reinterpret_cast<float4*>(p)[i];
-    float4 M = reinterpret_cast<float4*>(m)[i];
-    float4 V = reinterpret_cast<float4*>(v)[i];
-    float4 X{};
-    if constexpr (Amsgrad) X = reinterpret_cast<float4*>(vmax)[i];
-    float gg[4];
+    float mm[4], vv[4], xx[4] = {}, gg[4];
+    load4(m, i, mm);
+    load4(v, i, vv);
+    if constexpr (Amsgrad) load4(vmax, i, xx);
     load4(g, i, gg);
-    adamw_element<L2, Amsgrad>(P.x, M.x, V.x, X.x, gg[0], k);
-    adamw_element<L2, Amsgrad>(P.y, M.y, V.y, X.y, gg[1], k);
-    adamw_element<L2, Amsgrad>(P.z, M.z, V.z, X.z, gg[2], k);
-    adamw_element<L2, Amsgrad>(P.w, M.w, V.w, X.w, gg[3], k);
+    adamw_element<L2, Amsgrad>(P.x, mm[0], vv[0], xx[0], gg[0], k);
+    adamw_element<L2, Amsgrad>(P.y, mm[1], vv[1], xx[1], gg[1], k);
+    adamw_element<L2, Amsgrad>(P.z, mm[2], vv[2], xx[2], gg[2], k);
+    adamw_element<L2, Amsgrad>(P.w, mm[3], vv[3], xx[3], gg[3], k);
     reinterpret_cast<float4*>(p)[i] = P;
-    reinterpret_cast<float4*>(m)[i] = M;
-    reinterpret_cast<float4*>(v)[i] = V;
-    if constexpr (Amsgrad) reinterpret_cast<float4*>(vmax)[i] = X;
+    store4(m, i, make_float4(mm[0], mm[1], mm[2], mm[3]));
+    store4(v, i, make_float4(vv[0], vv[1], vv[2], vv[3]));
+    if constexpr (Amsgrad) store4(vmax, i, make_float4(xx[0], xx[1], xx[2], xx[3]));
     if constexpr (!std::is_same_v<H, no_model_copy>) store4(out, i, P);
   }
   // The last n % 4 elements, one per thread of the first threads.
-  if (first < n - n4 * 4) {
-    const std::size_t j = n4 * 4 + first;
-    float x = 0;
-    if constexpr (Amsgrad) x = vmax[j];
-    adamw_element<L2, Amsgrad>(p[j], m[j], v[j], x, widen(g[j]), k);
-    if constexpr (Amsgrad) vmax[j] = x;
-    if constexpr (!std::is_same_v<H, no_model_copy>) out[j] = narrow<H>(p[j]);
-  }
+  if (first < n - n4 * 4) adamw_one<L2, Amsgrad>(p, m, v, vmax, g, out, n4 * 4 + first, k);
 }
 
 // Any alignment (a sub-span that does not start on a 16-byte boundary): one element per thread.
-template <bool L2, bool Amsgrad, class G, class H>
+template <bool L2, bool Amsgrad, class G, class H, class M>
 __global__ void __launch_bounds__(adamw_block_threads)
-    adamw_scalar_kernel(float* p, float* m, float* v, float* vmax, const G* g, H* out, std::size_t n,
-                        const adamw_step_params k) {
+    adamw_scalar_kernel(float* p, M* m, M* v, M* vmax, const G* g, H* out, std::size_t n, const adamw_step_params k) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t j = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride) {
-    float x = 0;
-    if constexpr (Amsgrad) x = vmax[j];
-    adamw_element<L2, Amsgrad>(p[j], m[j], v[j], x, widen(g[j]), k);
-    if constexpr (Amsgrad) vmax[j] = x;
-    if constexpr (!std::is_same_v<H, no_model_copy>) out[j] = narrow<H>(p[j]);
-  }
+  for (std::size_t j = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride)
+    adamw_one<L2, Amsgrad>(p, m, v, vmax, g, out, j, k);
 }
 
 inline bool aligned(const void* ptr, std::size_t a) { return reinterpret_cast<std::uintptr_t>(ptr) % a == 0; }
@@ -124,11 +124,13 @@ inline unsigned grid_blocks(std::size_t work) {
   return static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>(needed, static_cast<std::size_t>(sms) * 8)));
 }
 
-template <bool L2, bool Amsgrad, class G, class H>
-void launch_adamw(float* p, float* m, float* v, float* vmax, const G* g, H* out, std::size_t n,
-                  const adamw_step_params& k, cudaStream_t stream) {
+template <bool L2, bool Amsgrad, class G, class H, class M>
+void launch_adamw(float* p, M* m, M* v, M* vmax, const G* g, H* out, std::size_t n, const adamw_step_params& k,
+                  cudaStream_t stream) {
   constexpr std::size_t half_align = std::is_same_v<G, float> ? 16 : 8;
-  const bool vec = aligned(p, 16) && aligned(m, 16) && aligned(v, 16) && (!Amsgrad || aligned(vmax, 16)) &&
+  constexpr std::size_t moment_align = sizeof(M) * 4;
+  const bool vec = aligned(p, 16) && aligned(m, moment_align) && aligned(v, moment_align) &&
+                   (!Amsgrad || aligned(vmax, moment_align)) &&
                    aligned(g, half_align) && (std::is_same_v<H, no_model_copy> || aligned(out, sizeof(H) * 4));
   if (vec) {
     const unsigned blocks = grid_blocks(std::max<std::size_t>(n / 4, 4));
@@ -139,9 +141,9 @@ void launch_adamw(float* p, float* m, float* v, float* vmax, const G* g, H* out,
   STRATA_CUDA_TRY(cudaGetLastError());
 }
 
-template <class G, class H>
-void dispatch_adamw(float* p, float* m, float* v, float* vmax, const G* g, H* out, std::size_t n,
-                    const adamw_step_params& k, cudaStream_t stream) {
+template <class G, class H, class M = float>
+void dispatch_adamw(float* p, M* m, M* v, M* vmax, const G* g, H* out, std::size_t n, const adamw_step_params& k,
+                    cudaStream_t stream) {
   if (k.l2) {
     if (k.amsgrad)
       launch_adamw<true, true>(p, m, v, vmax, g, out, n, k, stream);
@@ -189,22 +191,23 @@ __global__ void grad_sum_blocks_kernel(const double* partial, std::size_t blocks
 
 }  // namespace detail
 
-/// The CUDA twin of strata::adamw_update_cpu: updates n parameters in device memory on `stream`.
-/// max_exp_avg_sq is used only when k.amsgrad; model_out may be null (no model copy). Arrays that
-/// start 16-byte aligned (16-bit arrays: 8-byte) take the vectorized kernel; others a scalar one
-/// with the same results. Launch errors throw strata::cuda_error.
-template <gradient_type G, class H = bf16>
+/// The CUDA twin of strata::adamw_update_cpu: updates n parameters in device memory on `stream`,
+/// the moments of type M (fp32, or bf16 as adamw_bf16_rule keeps them). max_exp_avg_sq is used
+/// only when k.amsgrad; model_out may be null (no model copy). Arrays that start 16-byte aligned
+/// (16-bit arrays: 8-byte) take the vectorized kernel; others a scalar one with the same results.
+/// Launch errors throw strata::cuda_error.
+template <gradient_type G, class H = bf16, class M = float>
   requires model_copy_type<H>
-void adamw_update(float* master, float* exp_avg, float* exp_avg_sq, float* max_exp_avg_sq, const G* grad,
-                  H* model_out, std::size_t n, const adamw_step_params& k, cudaStream_t stream) {
+void adamw_update(float* master, M* exp_avg, M* exp_avg_sq, M* max_exp_avg_sq, const G* grad, H* model_out,
+                  std::size_t n, const adamw_step_params& k, cudaStream_t stream) {
   STRATA_EXPECTS(!k.amsgrad || max_exp_avg_sq != nullptr || n == 0, config_error,
                  "cuda::adamw_update: amsgrad needs max_exp_avg_sq");
   if (n == 0) return;
   if (model_out == nullptr)
-    detail::dispatch_adamw<G, detail::no_model_copy>(master, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, nullptr, n, k,
-                                                     stream);
+    detail::dispatch_adamw<G, detail::no_model_copy, M>(master, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, nullptr,
+                                                        n, k, stream);
   else
-    detail::dispatch_adamw<G, H>(master, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, model_out, n, k, stream);
+    detail::dispatch_adamw<G, H, M>(master, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, model_out, n, k, stream);
 }
 
 /// Device doubles grad_sum_squares_async needs as workspace for n gradients.
@@ -260,6 +263,17 @@ struct cuda_update<adamw_rule> {
                      const adamw_step_params& k, cudaStream_t stream) {
     cuda::adamw_update<G, H>(v.master + at, v.array<float>(0, at), v.array<float>(1, at),
                              k.amsgrad ? v.array<float>(2, at) : nullptr, grads, model_out, n, k, stream);
+  }
+};
+
+/// adamw_bf16_rule on CUDA.
+template <>
+struct cuda_update<adamw_bf16_rule> {
+  template <class G, class H>
+  static void launch(const state_view& v, std::size_t at, std::size_t n, const G* grads, H* model_out,
+                     const adamw_step_params& k, cudaStream_t stream) {
+    cuda::adamw_update<G, H, bf16>(v.master + at, v.array<bf16>(0, at), v.array<bf16>(1, at),
+                                   k.amsgrad ? v.array<bf16>(2, at) : nullptr, grads, model_out, n, k, stream);
   }
 };
 

@@ -21,6 +21,15 @@
 
 namespace strata {
 
+namespace detail {
+/// AdamW's state format with moments of element `e`: m and v, and the running maximum of v with
+/// amsgrad.
+[[nodiscard]] constexpr state_format adamw_format(const adamw_options& o, state_element e) noexcept {
+  if (o.amsgrad) return {{"exp_avg", e}, {"exp_avg_sq", e, true}, {"max_exp_avg_sq", e, true}};
+  return {{"exp_avg", e}, {"exp_avg_sq", e, true}};
+}
+}  // namespace detail
+
 struct adamw_rule {
   using options_type = adamw_options;
   using step_params = adamw_step_params;
@@ -28,11 +37,7 @@ struct adamw_rule {
 
   /// m and v, and the running maximum of v with amsgrad.
   [[nodiscard]] static constexpr state_format format(const adamw_options& o) noexcept {
-    if (o.amsgrad)
-      return {{"exp_avg", state_element::f32},
-              {"exp_avg_sq", state_element::f32, true},
-              {"max_exp_avg_sq", state_element::f32, true}};
-    return {{"exp_avg", state_element::f32}, {"exp_avg_sq", state_element::f32, true}};
+    return detail::adamw_format(o, state_element::f32);
   }
 
   /// make_adamw_step_params with s's weight decay in place of o's (a range's; the options' own

@@ -1,6 +1,6 @@
 #pragma once
 /// What a subgroup pipeline runs on each subgroup: a kernel. For subgroup `s` (`slot`: its bytes
-/// of the host slot, the state then its side object; `device`: the whole device slot, the state
+/// of the host slot, the state then its side object (at pipeline_object::aux_offset); `device`: the whole device slot, the state
 /// then `device_extra_bytes` of scratch):
 ///
 ///   void host(std::size_t s, std::span<std::byte> slot);   on the pipeline's CPU worker; it must

@@ -14,12 +14,23 @@ namespace strata {
 
 /// One subgroup as the pipeline stores it: its state object and, optionally, a side object read
 /// into the slot after the state with every read (never written by the pipeline: e.g. fp32
-/// gradients that backward wrote to the tier).
+/// gradients that backward wrote to the tier), at the first multiple of aux_alignment after the
+/// state (aux_offset), so that its elements are aligned whatever the state's size.
 struct pipeline_object {
   std::string name;
   std::uint64_t bytes = 0;
   std::string aux_name{};
   std::uint64_t aux_bytes = 0;
+
+  static constexpr std::uint64_t aux_alignment = 16;
+  /// Where the side object starts in a slot: the state's bytes rounded up to aux_alignment.
+  [[nodiscard]] static constexpr std::uint64_t aux_offset(std::uint64_t state_bytes) noexcept {
+    return (state_bytes + aux_alignment - 1) / aux_alignment * aux_alignment;
+  }
+  /// Bytes of a slot that holds this object and its side object.
+  [[nodiscard]] constexpr std::uint64_t slot_bytes() const noexcept {
+    return aux_bytes > 0 ? aux_offset(bytes) + aux_bytes : bytes;
+  }
 };
 
 /// Depths and sizes of a subgroup_pipeline.

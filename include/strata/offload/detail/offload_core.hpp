@@ -931,7 +931,8 @@ class offload_core {
       if (store != nullptr) return store->template of<G>(s);
       if (!all.empty()) return all.subspan(layout->begin(s), layout->length(s));
       if constexpr (std::is_same_v<G, float>)
-        return {reinterpret_cast<const float*>(slot.data() + layout->state_bytes(s)), layout->length(s)};
+        return {reinterpret_cast<const float*>(slot.data() + pipeline_object::aux_offset(layout->state_bytes(s))),
+                layout->length(s)};
       STRATA_ASSERT(false && "only fp32 gradients are read from the tier");
       return {};
     }

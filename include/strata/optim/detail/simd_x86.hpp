@@ -215,9 +215,8 @@ STRATA_DETAIL_AVX2_FN void stream8(H* p, f32x8 a) {
 // elements) runs through the same vector code on a zero-padded copy, so every element sees the
 // same instructions whatever the tile boundaries.
 #define STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(SUFFIX, FN, V, LOAD, STORE, STREAM)                                             \
-  template <bool L2, bool Amsgrad, class G, class H>                                                            \
-  FN void adamw_vector_##SUFFIX(float* p, float* m, float* v, float* vmax, const G* g, H* out,                  \
-                                const adamw_step_params& k) {                                                   \
+  template <bool L2, bool Amsgrad, class G, class H, class M>                                                   \
+  FN void adamw_vector_##SUFFIX(float* p, M* m, M* v, M* vmax, const G* g, H* out, const adamw_step_params& k) { \
     V pv = LOAD(p), mv = LOAD(m), vv = LOAD(v), xv{};                                                           \
     if constexpr (Amsgrad) xv = LOAD(vmax);                                                                     \
     adamw_element<L2, Amsgrad, V>(pv, mv, vv, xv, LOAD(g), k);                                                  \
@@ -227,9 +226,9 @@ STRATA_DETAIL_AVX2_FN void stream8(H* p, f32x8 a) {
     if constexpr (Amsgrad) STORE(vmax, xv);                                                                     \
     if constexpr (!std::is_same_v<H, no_model_copy>) STREAM(out, pv);                                           \
   }                                                                                                             \
-  template <bool L2, bool Amsgrad, class G, class H>                                                            \
-  FN void adamw_loop_##SUFFIX(float* __restrict p, float* __restrict m, float* __restrict v,                    \
-                              float* __restrict vmax, const G* __restrict g, H* __restrict out, std::size_t n,  \
+  template <bool L2, bool Amsgrad, class G, class H, class M>                                                   \
+  FN void adamw_loop_##SUFFIX(float* __restrict p, M* __restrict m, M* __restrict v, M* __restrict vmax,        \
+                              const G* __restrict g, H* __restrict out, std::size_t n,                          \
                               const adamw_step_params& k) {                                                     \
     constexpr std::size_t W = V::width;                                                                         \
     constexpr bool write_model = !std::is_same_v<H, no_model_copy>;                                             \
@@ -246,19 +245,20 @@ STRATA_DETAIL_AVX2_FN void stream8(H* p, f32x8 a) {
     if constexpr (write_model) _mm_sfence(); /* the streamed copy is ordered before the caller publishes it */   \
     if (i == n) return;                                                                                         \
     const std::size_t r = n - i;                                                                                \
-    float tp[W] = {}, tm[W] = {}, tv[W] = {}, tx[W] = {};                                                       \
+    float tp[W] = {};                                                                                           \
+    M tm[W] = {}, tv[W] = {}, tx[W] = {};                                                                       \
     G tg[W] = {};                                                                                               \
     H to[W] = {};                                                                                               \
     std::memcpy(tp, p + i, r * sizeof(float));                                                                  \
-    std::memcpy(tm, m + i, r * sizeof(float));                                                                  \
-    std::memcpy(tv, v + i, r * sizeof(float));                                                                  \
-    if constexpr (Amsgrad) std::memcpy(tx, vmax + i, r * sizeof(float));                                        \
+    std::memcpy(tm, m + i, r * sizeof(M));                                                                      \
+    std::memcpy(tv, v + i, r * sizeof(M));                                                                      \
+    if constexpr (Amsgrad) std::memcpy(tx, vmax + i, r * sizeof(M));                                            \
     std::memcpy(tg, g + i, r * sizeof(G));                                                                      \
     adamw_vector_##SUFFIX<L2, Amsgrad>(tp, tm, tv, tx, tg, to, k);                                              \
     std::memcpy(p + i, tp, r * sizeof(float));                                                                  \
-    std::memcpy(m + i, tm, r * sizeof(float));                                                                  \
-    std::memcpy(v + i, tv, r * sizeof(float));                                                                  \
-    if constexpr (Amsgrad) std::memcpy(vmax + i, tx, r * sizeof(float));                                        \
+    std::memcpy(m + i, tm, r * sizeof(M));                                                                      \
+    std::memcpy(v + i, tv, r * sizeof(M));                                                                      \
+    if constexpr (Amsgrad) std::memcpy(vmax + i, tx, r * sizeof(M));                                            \
     if constexpr (write_model) std::memcpy(out + i, to, r * sizeof(H));                                         \
   }
 

@@ -120,10 +120,10 @@ class pipeline_state {
   }
   // What a kernel sees of a host slot: the subgroup's state, then its side object.
   [[nodiscard]] std::span<std::byte> slot_span(std::size_t slot, std::size_t s) noexcept {
-    return pool_.host(slot).first(static_cast<std::size_t>(objects_[s].bytes + objects_[s].aux_bytes));
+    return pool_.host(slot).first(static_cast<std::size_t>(objects_[s].slot_bytes()));
   }
   [[nodiscard]] std::span<std::byte> aux_span(std::size_t slot, std::size_t s) noexcept {
-    return pool_.host(slot).subspan(static_cast<std::size_t>(objects_[s].bytes),
+    return pool_.host(slot).subspan(static_cast<std::size_t>(pipeline_object::aux_offset(objects_[s].bytes)),
                                     static_cast<std::size_t>(objects_[s].aux_bytes));
   }
 
@@ -231,7 +231,7 @@ class pipeline_state {
     p.host_slots = o.host_slots();
     std::uint64_t slot = 0, state = 0;
     for (const auto& ob : objects) {
-      slot = std::max(slot, ob.bytes + ob.aux_bytes);
+      slot = std::max(slot, ob.slot_bytes());
       state = std::max(state, ob.bytes);
     }
     p.host_slot_bytes = static_cast<std::size_t>(slot);
