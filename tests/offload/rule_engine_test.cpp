@@ -432,12 +432,64 @@ TEST_CASE_TEMPLATE_DEFINE("an offloaded rule reads back each array of its state 
   }
 }
 
+TEST_CASE_TEMPLATE_DEFINE("an offloaded rule started from existing state continues that run bit for bit", F,
+                          rule_from_state) {
+  using R = typename F::rule;
+  const std::size_t n = 1500, sg = 256;
+  for (const auto& opts : F::variants()) {
+    const auto init = random_params(n, 101);
+    const auto off = small_options(sg, 1, R::format(opts));
+    flat_rule_reference<R> ref(init, opts, off);
+    for (int step = 0; step < 2; ++step) {
+      const auto g = random_grads<float>(n, 110 + step);
+      ref.template step<float, strata::bf16>(std::span<const float>(g), 1e-3, {});
+    }
+    // the reference's state as another run would hand it over: each array by name, as fp32
+    std::vector<std::vector<float>> values;
+    std::vector<strata::named_array> arrays;
+    for (std::size_t a = 0; a < ref.f.count; ++a) values.push_back(ref.array(a));
+    for (std::size_t a = 0; a < ref.f.count; ++a) arrays.push_back({ref.f.arrays[a].name, values[a]});
+    const strata::rule_state_view state{arrays, 2};
+    strata::host_tier tier(host_opts("from-state"));
+    auto opt = strata::offloaded_optimizer<R, strata::host_tier>::from_state(tier, ref.p, state, opts, off);
+    require_same(opt, ref);
+    for (int step = 2; step < 4; ++step) {
+      const auto g = random_grads<float>(n, 110 + step);
+      opt.step(std::span<const float>(g), 1e-3);
+      ref.template step<float, strata::bf16>(std::span<const float>(g), 1e-3, {});
+      require_same(opt, ref);
+    }
+
+    // bad state is refused, naming the array, before anything is written
+    strata::host_tier empty(host_opts("refused"));
+    const strata::named_array unknown[] = {{"no_such_array", values.empty() ? init : values[0]}};
+    using opt_t = strata::offloaded_optimizer<R, strata::host_tier>;
+    const auto from_unknown = [&] { (void)opt_t::from_state(empty, init, strata::rule_state_view{unknown, 1}, opts, off); };
+    CHECK_THROWS_AS(from_unknown(), strata::config_error);
+    for (std::size_t a = 0; a < ref.f.count; ++a) {
+      if (!ref.f.arrays[a].non_negative) continue;
+      std::vector<float> negative = values[a];
+      negative[7] = -1.0f;
+      const strata::named_array bad[] = {{ref.f.arrays[a].name, negative}};
+      std::string message;
+      try {
+        (void)opt_t::from_state(empty, init, strata::rule_state_view{bad, 1}, opts, off);
+      } catch (const strata::config_error& e) {
+        message = e.what();
+      }
+      CHECK(message.find(std::string(ref.f.arrays[a].name) + "[7]") != std::string::npos);
+    }
+    CHECK(empty.used() == 0);
+  }
+}
+
 // doc-snippet: invoke
 TEST_CASE_TEMPLATE_INVOKE(rule_flat_identity, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
 TEST_CASE_TEMPLATE_INVOKE(rule_device_identity, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
 TEST_CASE_TEMPLATE_INVOKE(rule_checkpoint, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
 TEST_CASE_TEMPLATE_INVOKE(rule_fault_retry, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
 TEST_CASE_TEMPLATE_INVOKE(rule_read_state, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
+TEST_CASE_TEMPLATE_INVOKE(rule_from_state, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
 // doc-snippet-end
 
 TEST_CASE("a version 3 AdamW manifest (before rules were recorded) is read as AdamW's") {

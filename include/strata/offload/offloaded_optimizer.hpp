@@ -172,6 +172,41 @@ class offloaded_optimizer : public detail::offload_core<Exec, Rule> {
     return opt;
   }
 
+  /// As the constructor, but starting from existing state of the rule (`state`: its arrays by the
+  /// names of the rule's format, e.g. torch's "momentum_buffer" for SGD, and the steps taken)
+  /// instead of zeros: the next step is state.step + 1. An unknown or repeated name, a size, a
+  /// non-finite value or a negative one where the format forbids it is a config_error naming the
+  /// array and index, before anything is written.
+  [[nodiscard]] static offloaded_optimizer from_state(Tier& tier, std::span<const float> params,
+                                                      const rule_state_view& state, options_type options,
+                                                      offload_options offload = {}, Order order = Order{},
+                                                      Evict evict = Evict{}, tracer* trace = nullptr)
+    requires std::default_initializable<Exec>
+  {
+    offloaded_optimizer opt(tier, nullptr, params.size(), options, std::move(offload), std::move(order),
+                            std::move(evict), Site{}, trace);
+    opt.check_tier_room();
+    opt.initialize_from(params, state);
+    return opt;
+  }
+  /// As above, with device updates on `exec` where `site` says; the weights may be 16-bit or
+  /// framework tensors (see the AdamW form above).
+  template <class P>
+    requires model_copy_type<P> || is_param_tensor_v<P>
+  [[nodiscard]] static offloaded_optimizer from_state(Tier& tier, Exec& exec, std::span<const P> params,
+                                                      const rule_state_view& state, options_type options,
+                                                      offload_options offload = {}, Order order = Order{},
+                                                      Evict evict = Evict{}, Site site = Site{},
+                                                      tracer* trace = nullptr) {
+    std::size_t n = params.size();
+    if constexpr (is_param_tensor_v<P>) n = params.empty() ? 0 : params.back().first + params.back().count;
+    offloaded_optimizer opt(tier, &exec, n, options, std::move(offload), std::move(order), std::move(evict),
+                            std::move(site), trace);
+    opt.check_tier_room();
+    opt.initialize_from(params, state);
+    return opt;
+  }
+
   /// Restores the checkpoint in `dir` (see save) onto `tier`, which may be any tier stack (other
   /// paths, other placement than when saved). The checkpoint's subgroup size, hyper-parameters and
   /// step count are used; `offload` gives the rest (cache, pipeline, threads). A corrupted,

@@ -36,6 +36,7 @@
 /// [at, at + n) gives the same bits as an update of a larger span over the same elements.
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <concepts>
 #include <cstddef>
@@ -183,6 +184,45 @@ namespace detail {
   }
   return s;
 }
+
+/// One state array that exists already: its name in the rule's format and every parameter's value.
+struct named_array {
+  std::string_view name;
+  std::span<const float> values;
+};
+
+/// State of any rule that exists already (another run's, e.g. a torch optimizer's state_dict), to
+/// start an offloaded optimizer from: arrays by name (fp32 values; an array of the format not
+/// given is zeros; a 16-bit array is rounded to nearest even) and the steps taken, as
+/// adamw_state_view for AdamW. The next step is step + 1.
+struct rule_state_view {
+  std::span<const named_array> arrays{};
+  std::uint64_t step = 0;
+  /// Steps each parameter has taken when they differ (param_steps runs, none above `step`);
+  /// empty: every parameter has taken `step`.
+  std::span<const param_step_run> step_runs{};
+
+  /// Throws config_error naming `who`, the array and the first bad index unless the state fits
+  /// `params` parameters of `format`: every name one of the format's, at most once, one value per
+  /// parameter, all finite, and none negative in an array the format marks non-negative.
+  void validate(const state_format& format, std::size_t params, std::string_view who) const {
+    for (std::size_t i = 0; i < arrays.size(); ++i) {
+      const named_array& a = arrays[i];
+      const std::size_t at = format.find(a.name);
+      STRATA_EXPECTS(at < format.count, config_error, "{}: the state has no array '{}' (it has '{}')", who, a.name,
+                     describe(format));
+      for (std::size_t j = 0; j < i; ++j)
+        STRATA_EXPECTS(arrays[j].name != a.name, config_error, "{}: array '{}' given twice", who, a.name);
+      STRATA_EXPECTS(a.values.size() == params, config_error, "{}: {} has {} values for {} parameters", who, a.name,
+                     a.values.size(), params);
+      const bool non_negative = format.arrays[at].non_negative;
+      for (std::size_t k = 0; k < a.values.size(); ++k)
+        STRATA_EXPECTS(std::isfinite(a.values[k]) && (!non_negative || a.values[k] >= 0), config_error,
+                       "{}: {}[{}] is {}, which {}", who, a.name, k, a.values[k],
+                       non_negative ? "this array cannot hold (finite, not negative)" : "is not finite");
+    }
+  }
+};
 
 /// A rule: see the file comment.
 template <class R>

@@ -641,6 +641,13 @@ class offload_core {
     v.validate(layout_.params, options_.amsgrad, "offloaded_adamw");
     return {{v.exp_avg, v.exp_avg_sq, v.max_exp_avg_sq, {}}, v.step, v.step_runs};
   }
+  // Any rule's, arrays by name (validated).
+  existing_state existing_of(const rule_state_view& v) const {
+    v.validate(layout_.format, layout_.params, who());
+    existing_state e{{}, v.step, v.step_runs};
+    for (const named_array& a : v.arrays) e.arrays[layout_.format.find(a.name)] = a.values;
+    return e;
+  }
 
   template <class P>
   void initialize_from(std::span<const P> params) {
@@ -650,6 +657,10 @@ class offload_core {
   void initialize_from(std::span<const P> params, const adamw_state_view& existing)
     requires std::same_as<Rule, adamw_rule>
   {
+    initialize_from(params, existing_of(existing));
+  }
+  template <class P>
+  void initialize_from(std::span<const P> params, const rule_state_view& existing) {
     initialize_from(params, existing_of(existing));
   }
 
@@ -669,6 +680,10 @@ class offload_core {
   void initialize_from(std::span<const param_tensor<G, H>> tensors, const adamw_state_view& existing)
     requires std::same_as<Rule, adamw_rule>
   {
+    initialize_from(tensors, existing_of(existing));
+  }
+  template <class G, class H>
+  void initialize_from(std::span<const param_tensor<G, H>> tensors, const rule_state_view& existing) {
     initialize_from(tensors, existing_of(existing));
   }
   template <class G, class H>
@@ -697,8 +712,7 @@ class offload_core {
     // (validated before anything is written)
     for (std::size_t a = 0; a < max_state_arrays; ++a)
       STRATA_ASSERT(existing.arrays[a].empty() ||
-                    (a < layout_.format.count && layout_.format.arrays[a].element == state_element::f32 &&
-                     existing.arrays[a].size() == layout_.params));
+                    (a < layout_.format.count && existing.arrays[a].size() == layout_.params));
     param_steps steps = existing.step_runs.empty()
                             ? param_steps(layout_.params, existing.step)
                             : param_steps::from_runs(layout_.params, existing.step_runs, who() + ": step_runs");
@@ -710,10 +724,17 @@ class offload_core {
       master_of(s, reinterpret_cast<float*>(state.data()));
       for (std::size_t a = 0; a < layout_.format.count; ++a) {
         std::byte* to = state.data() + layout_.format.offset(a, n);
-        if (existing.arrays[a].empty())
+        const std::span<const float> from = existing.arrays[a];
+        if (from.empty()) {
           std::memset(to, 0, n * element_bytes(layout_.format.arrays[a].element));
-        else
-          std::memcpy(to, existing.arrays[a].data() + begin(s), n * sizeof(float));
+        } else if (layout_.format.arrays[a].element == state_element::f32) {
+          std::memcpy(to, from.data() + begin(s), n * sizeof(float));
+        } else {  // rounded to nearest even, as the kernels store it
+          for (std::size_t i = 0; i < n; ++i) {
+            const bf16 h(from[begin(s) + i]);
+            std::memcpy(to + i * sizeof(bf16), &h, sizeof(bf16));
+          }
+        }
       }
     });
     step_count_ = existing.step;
