@@ -36,7 +36,8 @@ struct env_variable {
   std::string_view default_value;
 };
 
-/// Every STRATA_* variable strata reads. Keep README's table in step with this list.
+/// Every STRATA_* variable strata reads. Keep docs/environment.md's table in step with this list
+/// (a test holds the page to it).
 inline constexpr std::array<env_variable, 11> env_variables{{
     {"STRATA_NUM_THREADS", "threads of the pools strata creates when none is given (1..1024)",
      "the number of online CPUs"},

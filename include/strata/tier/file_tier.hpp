@@ -29,7 +29,7 @@
 ///   journal and lock go and then each directory made for it, this run or a killed one, that is
 ///   empty by then. A directory strata did not make, or one that holds anything else, stays.
 /// Environment defaults: STRATA_IO_BACKEND, STRATA_DIRECT_IO, STRATA_CHUNK_BYTES,
-/// STRATA_QUEUE_DEPTH, STRATA_IO_THREADS (see README).
+/// STRATA_QUEUE_DEPTH, STRATA_IO_THREADS (see docs/environment.md).
 
 #include <dirent.h>
 #include <fcntl.h>
