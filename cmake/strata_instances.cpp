@@ -2,9 +2,9 @@
 // is 1 (core/config.hpp), defined once. strata's own tests, examples and benchmarks link this file
 // (strata_instances in cmake/StrataTargetOptions.cmake) so that each of their translation units
 // does not compile them again: the AdamW CPU kernels, the pipeline and the optimizer on
-// host_executor<>, the default tier stacks and the run-time optimizers of the presets. Consumers
+// host_executor<>, the default tier stacks and the run-time optimizers of the presets and rules. Consumers
 // of the header-only library need none of it.
-#include <strata/offload/make_offloaded_adamw.hpp>
+#include <strata/offload/make_offloaded_optimizer.hpp>
 #include <strata/offload/offloaded_adamw.hpp>
 #include <strata/optim/adamw_cpu.hpp>
 #include <strata/pipeline/subgroup_pipeline.hpp>
@@ -28,17 +28,11 @@ template class dynamic_multipath<fixed_ratio>;
 template class throttled<any_tier>;
 template class limited<any_tier, node_limiter>;
 template class checksummed<any_tier>;
-template class detail::runtime_offloaded_adamw<presets::zero_infinity, bandwidth_proportional>;
-template class detail::runtime_offloaded_adamw<presets::mlp_offload, fixed_ratio>;
-template class detail::runtime_offloaded_adamw<presets::strata_preset, bandwidth_proportional>;
+#define STRATA_RUNTIME(P, Pl, R) template class detail::runtime_offloaded_optimizer<P, Pl, R>;
+STRATA_RUNTIME_OPTIMIZERS(STRATA_RUNTIME)
+#undef STRATA_RUNTIME
 }  // namespace strata
 
 namespace strata::detail {
-template class offload_core<host_executor<>>;
-#define STRATA_OFFLOAD_RUN_STEP(G, H)                                                          \
-  template offload_step_stats offload_core<host_executor<>>::run_step<G, H>(                   \
-      const step_rates&, model_copy<H>, offload_core<host_executor<>>::piece_source<G, H>, const grad_norm_accumulator&, \
-      const gradient_coverage*, const step_options&);
-STRATA_ADAMW_TYPE_PAIRS(STRATA_OFFLOAD_RUN_STEP)
-#undef STRATA_OFFLOAD_RUN_STEP
+STRATA_OFFLOAD_INSTANCES()
 }  // namespace strata::detail

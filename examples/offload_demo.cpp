@@ -22,6 +22,7 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <new>
 #include <span>
 #include <string>
@@ -38,6 +39,7 @@ constexpr const char* usage =
     "  --params N        parameters (e.g. 1e9, 250M); default 10M\n"
     "  --subgroup N      parameters per subgroup; default 4M\n"
     "  --preset NAME     zero_infinity | mlp_offload | strata; default strata\n"
+    "  --rule NAME       adamw | adamw-bf16 (bf16 moments) | sgd (momentum 0.9) | lion; default adamw\n"
     "  --path DIR[@R/W]  a path (repeat; DIR 'host': host memory); R/W its read/write bandwidth in\n"
     "                    bytes/s (e.g. 2GB/1.5GB); a trailing '!' also caps that path to them\n"
     "  --path s3://bucket/prefix[@R/W]  or  s3://bucket/prefix[:R[:W]]\n"
@@ -104,6 +106,9 @@ int run(int argc, char** argv) {
         cfg.offload.subgroup_elems = static_cast<std::size_t>(count_in(a, value(), 1, std::uint64_t{1} << 40));
       } else if (a == "--preset") {
         cfg.preset = value();
+      } else if (a == "--rule") {
+        cfg.rule = value();
+        cfg.sgd.momentum = 0.9;  // SGD as it is trained: with a momentum buffer
       } else if (a == "--path") {
         path_args.push_back(value());
       } else if (a == "--cap") {
@@ -203,7 +208,13 @@ int run(int argc, char** argv) {
   // What must fit before anything is allocated: the demo's own arrays (fp32 weights, bf16
   // gradients), strata's bookkeeping per subgroup, and the state of paths in host memory.
   {
-    const auto layout = strata::offload_layout::of(params, cfg.adamw, cfg.offload);
+    const auto layout = strata::offload_layout::of_format(
+        params,
+        cfg.rule == "sgd" ? strata::sgd_rule::format(cfg.sgd)
+        : cfg.rule == "lion" ? strata::lion_rule::format(cfg.lion)
+        : cfg.rule == "adamw-bf16" ? strata::adamw_bf16_rule::format(cfg.adamw)
+                                   : strata::adamw_rule::format(cfg.adamw),
+        cfg.offload);
     std::uint64_t host_paths = 0;
     for (const auto& p : cfg.paths) host_paths += p.directory.empty() && p.url.empty() ? 1 : 0;
     const std::uint64_t state = host_paths > 0 ? params * layout.state_bytes_per_param() : 0;
@@ -217,12 +228,12 @@ int run(int argc, char** argv) {
   // Only what this run created is removed afterwards (unless --keep): the optimizer's objects,
   // then the directories it made, if empty.
   strata::created_directories dirs;
-  std::unique_ptr<strata::any_offloaded_adamw> opt;
+  std::optional<strata::any_offloaded_adamw> opt;
   // remove_state() goes on past a path that fails (the others are emptied), and so does this.
   struct cleanup {
     bool keep;
     strata::created_directories& dirs;
-    std::unique_ptr<strata::any_offloaded_adamw>& opt;
+    std::optional<strata::any_offloaded_adamw>& opt;
     // The first failure, or empty.
     std::string run() noexcept {
       std::string failed;
@@ -303,13 +314,16 @@ int run(int argc, char** argv) {
     p = static_cast<float>(static_cast<std::int32_t>(x)) * 0x1p-31f;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  opt = strata::make_offloaded_adamw(cfg, init);
+  opt = strata::make_offloaded_optimizer(cfg, init);
   const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto st0 = opt->stats();
-  std::printf("preset %s: %llu parameters (%s of state), %zu-parameter subgroups, cache %zu subgroups, pipeline %zu "
-              "slots, host memory %s of %s; initial write %.1f s\n",
-              std::string(opt->preset()).c_str(), static_cast<unsigned long long>(params),
-              strata::format_size(params * 12).c_str(), opt->offload().subgroup_elems, st0.cache_slots,
+  const std::size_t per_param = opt->state_format().bytes_per_param();
+  std::printf("preset %s, rule %s: %llu parameters (%s of state: %zu bytes a parameter, fp32 master and %s), "
+              "%zu-parameter subgroups, cache %zu subgroups, pipeline %zu slots, host memory %s of %s; initial write "
+              "%.1f s\n",
+              std::string(opt->preset()).c_str(), std::string(opt->rule()).c_str(),
+              static_cast<unsigned long long>(params), strata::format_size(params * per_param).c_str(), per_param,
+              strata::describe(opt->state_format()).c_str(), opt->offload().subgroup_elems, st0.cache_slots,
               st0.pipeline_slots, strata::format_size(st0.host_memory_used).c_str(),
               st0.host_memory_budget == strata::unlimited_capacity ? "unlimited"
                                                                    : strata::format_size(st0.host_memory_budget).c_str(),
@@ -326,6 +340,10 @@ int run(int argc, char** argv) {
   for (std::uint64_t t = 0; t < steps; ++t) {
     const auto s = opt->step(std::span<const strata::bf16>(grads), 1e-4);
     std::printf("%s\n", s.to_string().c_str());
+    std::printf("  moved %.2f bytes a parameter (read %.2f, written %.2f)\n",
+                static_cast<double>(s.bytes_read + s.bytes_written) / static_cast<double>(params),
+                static_cast<double>(s.bytes_read) / static_cast<double>(params),
+                static_cast<double>(s.bytes_written) / static_cast<double>(params));
     if (probed) {
       const double bound = std::max({static_cast<double>(s.bytes_read) / probe_read,
                                      static_cast<double>(s.bytes_written) / probe_write, s.kernel_s});

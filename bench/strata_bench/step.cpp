@@ -1,4 +1,4 @@
-// strata-bench step: end-to-end optimizer steps of strata::offloaded_adamw under each preset
+// strata-bench step: end-to-end optimizer steps of strata's offloaded optimizer (AdamW, or --rule) under each preset
 // (zero_infinity, mlp_offload, strata) over the same paths, with where the time went, the bytes
 // each path moved, the full-duplex lower bound of docs/design.md section 2 and, with --compare,
 // each preset's speedup over zero_infinity measured in the same process with the presets
@@ -317,17 +317,35 @@ struct iteration {
 /// How one runner differs from its preset's defaults.
 struct variant {
   std::string label;   // the table's name, also the runner's directory and object prefix
-  std::string preset;  // make_offloaded_adamw's preset
+  std::string preset;  // make_offloaded_optimizer's preset
   std::string lock = "separate";  // mlp_offload: separate, shared or none
   bool equal = false;             // zero_infinity striped over every path, with the others' cache
+  std::string rule = "adamw";     // the update rule (--rule)
 };
+
+/// The bench's config of `rule`: torch's defaults, SGD with momentum 0.9 (a momentum buffer, as
+/// SGD is trained), so that each rule moves the state it is used with.
+offloaded_optimizer_config rule_config(const std::string& rule) {
+  offloaded_optimizer_config c;
+  c.rule = rule;
+  c.sgd.momentum = 0.9;
+  return c;
+}
+
+/// The state format of `rule` as the bench configures it.
+state_format format_of(const std::string& rule) {
+  const auto c = rule_config(rule);
+  return strata::detail::with_rule(rule, "step", [&]<class R>(std::type_identity<R>) {
+    return R::format(strata::detail::rule_options_of<R>(c));
+  });
+}
 
 /// One preset under test: its optimizer and its paths (indices into the --path list).
 struct runner {
   std::string preset;  // the variant's label
   variant v;
   std::vector<std::size_t> paths;
-  std::unique_ptr<any_offloaded_adamw> opt;
+  std::optional<any_offloaded_optimizer> opt;
   double setup_s = 0;
   std::vector<iteration> iters;
 };
@@ -518,7 +536,8 @@ summary summarize(const runner& r) {
 
 constexpr const char* usage_text =
     "[--params 200M] [--subgroup 8M] [--cache BYTES|25%] [--path DIR[:READ[:WRITE]]]... "
-    "[--preset zero_infinity|mlp_offload|strata|all] [--iters 3] [--warmup 1] [--compare] [--compare-equal]\n"
+    "[--preset zero_infinity|mlp_offload|strata|all] [--rule adamw[,adamw-bf16,sgd,lion]] [--iters 3] [--warmup 1]\n"
+    "[--compare] [--compare-equal]\n"
     "[--mlp-lock separate|shared|none[,...]] "
     "[--grad bf16|fp16|fp32] [--threads N] [--probe 512MiB] [--max-grad-norm X] [--loss-scaling] [--no-integrity]\n"
     "[--json FILE] "
@@ -527,7 +546,7 @@ constexpr const char* usage_text =
     "       [--device-share S] [--compare-cpu] [--h2d 16GB] [--d2h 16GB] [--device-rate 4G] [--device-memory BYTES]\n"
     "       [--json FILE] [--trace FILE]\n"
     "\n"
-    "  --params N      parameters (2e9, 500M, ...); fp32 state is 12 bytes each\n"
+    "  --params N      parameters (2e9, 500M, ...); AdamW's fp32 state is 12 bytes each\n"
     "  --subgroup N    parameters per subgroup (the unit of transfer and caching)\n"
     "  --cache C       host cache of mlp_offload and strata: bytes (2GiB) or a share of the subgroups\n"
     "                  (25%, the default; mlp_offload keeps at least 2)\n"
@@ -539,6 +558,9 @@ constexpr const char* usage_text =
     "                  AWS_REGION); READ/WRITE cap it as for a directory; probed through object_store_tier\n"
     "                  under <prefix>/.probe/, the state under <prefix>/strata-bench-step/<preset>/\n"
     "  --preset P      which presets run (all: those the path count allows; mlp_offload needs two)\n"
+    "  --rule R        the update rule: adamw (fp32 state, 12 B/param), adamw-bf16 (bf16 moments, 8), sgd\n"
+    "                  (momentum 0.9: 8), lion (8); a comma list runs each rule's optimizers interleaved in one\n"
+    "                  run (with --compare) and prints each one's speedup over adamw's\n"
     "  --compare       run the presets interleaved in one process and print speedups over zero_infinity,\n"
     "                  for the whole iteration, backward's gradient hand-over and the update apart\n"
     "  --compare-equal with --compare: also zero_infinity-raid0, zero_infinity striped over every path (RAID0,\n"
@@ -584,10 +606,11 @@ std::vector<std::string> numbers(const std::vector<std::uint64_t>& v) {
 /// The options make_offloaded_adamw gives variant `v`'s optimizer for this base (as the runners
 /// below configure it), so that the checks size what will be allocated.
 offload_options preset_options(const variant& v, std::size_t params, offload_options base) {
+  const auto f = format_of(v.rule);
   if (v.preset == "zero_infinity" && !v.equal) base.host_cache_bytes = 0;
-  if (v.preset == "zero_infinity") return presets::zero_infinity::options(params, adamw_options{}, base);
-  if (v.preset == "mlp_offload") return presets::mlp_offload::options(params, adamw_options{}, base);
-  return presets::strata_preset::options(params, adamw_options{}, base);
+  if (v.preset == "zero_infinity") return presets::zero_infinity::options(params, f, base);
+  if (v.preset == "mlp_offload") return presets::mlp_offload::options(params, f, base);
+  return presets::strata_preset::options(params, f, base);
 }
 
 /// Warns when the paths' bandwidths (caps, or probes) make the run very long: per variant, its
@@ -624,7 +647,7 @@ void warn_if_slow(const std::vector<variant>& variants, const std::vector<offloa
                                                           describe_rate(bw(k)))};
       return worst;
     };
-    const double n = static_cast<double>(l.params), state = 12.0 * n;
+    const double n = static_cast<double>(l.params), state = static_cast<double>(l.state_bytes_per_param()) * n;
     const double uncached = state * static_cast<double>(l.subgroups() - l.cache_slots(opts[i])) /
                             static_cast<double>(l.subgroups());
     const double grads = l.tier_gradients ? 4.0 * n : 0.0;
@@ -648,6 +671,7 @@ int run_typed(args& a) {
   const auto cache_opt = a.get("cache");
   auto path_args = a.get_all("path");
   const auto preset_arg = a.choice("preset", {"zero_infinity", "mlp_offload", "strata", "all"}, "all");
+  const auto rule_arg = a.get_or("rule", "adamw");
   const auto iters = a.count("iters", 3);
   const auto warmup = a.count("warmup", 1);
   const bool compare = a.flag("compare");
@@ -672,21 +696,38 @@ int run_typed(args& a) {
     fmt::print("step: --subgroup {} is more than the {} parameters: one subgroup of {}\n", subgroup, params, params);
     subgroup = params;
   }
-  const std::uint64_t state_bytes = params * 12;
+  std::vector<std::string> rules;
+  for (std::size_t at = 0;;) {
+    const auto comma = rule_arg.find(',', at);
+    const auto rule = rule_arg.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (rule != "adamw" && rule != "adamw-bf16" && rule != "sgd" && rule != "lion")
+      throw usage_error(fmt::format("step: --rule '{}': expected adamw, adamw-bf16, sgd or lion (or a comma list; "
+                                    "adamw-8bit is not available yet)",
+                                    rule));
+    if (std::find(rules.begin(), rules.end(), rule) != rules.end())
+      throw usage_error(fmt::format("step: --rule names '{}' twice", rule));
+    rules.push_back(rule);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
   offload_options layout_options;
   layout_options.subgroup_elems = static_cast<std::size_t>(subgroup);  // host gradients: the cached presets'
-  const auto layout = offload_layout::of(static_cast<std::size_t>(params), adamw_options{}, layout_options);
+  // The cache share and the headline sizes are the first rule's.
+  const auto layout = offload_layout::of_format(static_cast<std::size_t>(params), format_of(rules.front()), layout_options);
+  const std::uint64_t state_bytes = params * layout.state_bytes_per_param();
   const std::uint64_t subgroups = layout.subgroups();
+  // --cache as bytes, or as P% of the subgroups (whole slots as the optimizer allocates them, a
+  // slot page-rounded), which is then each rule's own share: every rule caches the same subgroups.
+  std::optional<double> cache_share;
   std::uint64_t cache_bytes = 0;
   {
-    // BYTES, or P% of the subgroups (whole subgroups, rounded down).
     const std::string text = cache_opt.value_or("25%");
     try {
       if (!text.empty() && text.back() == '%') {
         const double pct = std::stod(text.substr(0, text.size() - 1));
         if (!(pct >= 0 && pct <= 100)) throw std::invalid_argument("percentage");
-        // Whole slots as the optimizer allocates them (a slot is page-rounded).
-        cache_bytes = layout.cache_bytes(static_cast<std::size_t>(static_cast<double>(subgroups) * pct / 100.0));
+        cache_share = pct / 100.0;
+        cache_bytes = layout.cache_bytes(static_cast<std::size_t>(static_cast<double>(subgroups) * *cache_share));
       } else {
         cache_bytes = parse_size(text);
       }
@@ -694,6 +735,11 @@ int run_typed(args& a) {
       throw usage_error(fmt::format("step: --cache '{}' (expected a size like 2GiB or a share like 25%)", text));
     }
   }
+  const auto cache_of = [&](const std::string& rule) -> std::uint64_t {
+    if (!cache_share) return cache_bytes;
+    const auto l = offload_layout::of_format(static_cast<std::size_t>(params), format_of(rule), layout_options);
+    return l.cache_bytes(static_cast<std::size_t>(static_cast<double>(subgroups) * *cache_share));
+  };
 
   std::vector<path_spec> paths;
   for (std::size_t i = 0; i < path_args.size(); ++i) paths.push_back(parse_path(path_args[i], i));
@@ -749,14 +795,21 @@ int run_typed(args& a) {
   if (std::find(presets.begin(), presets.end(), "mlp_offload") != presets.end() && paths.size() != 2)
     throw usage_error(fmt::format("step: preset mlp_offload needs exactly two paths (NVMe, PFS), got {}", paths.size()));
   std::vector<variant> variants;
-  for (const auto& name : presets) {
-    if (name == "mlp_offload") {
-      for (const auto& mode : mlp_locks)
-        variants.push_back({mode == "separate" ? name : fmt::format("{}-{}", name, mode == "none" ? "no-lock" : "shared-lock"),
-                            name, mode, false});
-    } else {
-      variants.push_back({name, name, "separate", false});
-      if (name == "zero_infinity" && compare_equal) variants.push_back({"zero_infinity-raid0", name, "separate", true});
+  for (const auto& rule : rules) {
+    // One rule keeps the presets' names; several name each runner preset.rule (a directory and an
+    // object prefix too).
+    const auto named = [&](std::string label) { return rules.size() == 1 ? label : fmt::format("{}.{}", label, rule); };
+    for (const auto& name : presets) {
+      if (name == "mlp_offload") {
+        for (const auto& mode : mlp_locks)
+          variants.push_back(
+              {named(mode == "separate" ? name : fmt::format("{}-{}", name, mode == "none" ? "no-lock" : "shared-lock")),
+               name, mode, false, rule});
+      } else {
+        variants.push_back({named(name), name, "separate", false, rule});
+        if (name == "zero_infinity" && compare_equal)
+          variants.push_back({named("zero_infinity-raid0"), name, "separate", true, rule});
+      }
     }
   }
 
@@ -769,9 +822,9 @@ int run_typed(args& a) {
     offload_options base;
     base.subgroup_elems = static_cast<std::size_t>(subgroup);
     base.threads = static_cast<std::size_t>(threads);
-    base.host_cache_bytes = cache_bytes;
+    base.host_cache_bytes = cache_of(v.rule);
     variant_opts.push_back(preset_options(v, static_cast<std::size_t>(params), base));
-    layouts.push_back(offload_layout::of(static_cast<std::size_t>(params), adamw_options{}, variant_opts.back()));
+    layouts.push_back(offload_layout::of_format(static_cast<std::size_t>(params), format_of(v.rule), variant_opts.back()));
   }
   require_bookkeeping_fits("step", layouts);
   require_physical_memory(params * (sizeof(float) + sizeof(G)),
@@ -800,9 +853,9 @@ int run_typed(args& a) {
   std::unique_ptr<tracer> trace;
   if (trace_path) trace = std::make_unique<tracer>();
 
-  fmt::print("step: {} parameters ({} of fp32 state), subgroups of {} ({} of them), {} gradients, cache {}, "
+  fmt::print("step: {} parameters ({} of {} state), subgroups of {} ({} of them), {} gradients, cache {}, "
              "{} kernel threads\n",
-             params, format_size(state_bytes), subgroup, subgroups,
+             params, format_size(state_bytes), rules.front(), subgroup, subgroups,
              std::is_same_v<G, float> ? "fp32" : std::is_same_v<G, bf16> ? "bf16" : "fp16", format_size(cache_bytes),
              threads);
   // The output file is opened now, so a bad --json path fails before the runs, not after.
@@ -811,7 +864,7 @@ int run_typed(args& a) {
     json_out.emplace(*json_path);
     if (!*json_out) throw io_error("open --json", *json_path, errno);
   }
-  // State files (12 bytes per parameter per preset) never outlive the run unless --keep, also
+  // State files (the rule's bytes per parameter per preset) never outlive the run unless --keep, also
   // when it fails, and nothing else is ever removed: each optimizer removes its own objects
   // (remove_state, below), then the directories this run made go if they are empty. Declared
   // before the optimizers, so it runs after they closed their files.
@@ -883,11 +936,11 @@ int run_typed(args& a) {
       runner r;
       r.preset = name;
       r.v = v;
-      offloaded_adamw_config c;
+      offloaded_optimizer_config c = rule_config(v.rule);
       c.preset = v.preset;
       c.offload.subgroup_elems = static_cast<std::size_t>(subgroup);
       c.offload.threads = static_cast<std::size_t>(threads);
-      c.offload.host_cache_bytes = v.preset == "zero_infinity" && !v.equal ? 0 : cache_bytes;
+      c.offload.host_cache_bytes = v.preset == "zero_infinity" && !v.equal ? 0 : cache_of(v.rule);
       c.offload.object_prefix = name;
       c.mlp_offload_lock = v.lock != "none";
       c.node_limiter_sharing = v.lock == "shared" ? rw_sharing::shared : rw_sharing::separate;
@@ -925,12 +978,14 @@ int run_typed(args& a) {
       }
       if (progress) fmt::print(stderr, "\r\033[Kwriting the initial state of {} ...", name);
       const auto ts = clk::now();
-      r.opt = make_offloaded_adamw(c, init);
+      r.opt = make_offloaded_optimizer(c, init);
       r.setup_s = since(ts);
       if (progress) fmt::print(stderr, "\r\033[K");
       const auto st = r.opt->stats();
-      fmt::print("  {}: initial state written in {:.1f} s; cache {} subgroups, pipeline {} slots, host memory {}\n",
-                 name, r.setup_s, st.cache_slots, st.pipeline_slots, format_size(st.host_memory_used));
+      fmt::print("  {}: rule {} ({} bytes of state per parameter: fp32 master, {}); initial state written in {:.1f} s; "
+                 "cache {} subgroups, pipeline {} slots, host memory {}\n",
+                 name, v.rule, r.opt->state_format().bytes_per_param(), describe(r.opt->state_format()), r.setup_s,
+                 st.cache_slots, st.pipeline_slots, format_size(st.host_memory_used));
       runners.push_back(std::move(r));
     }
   }
@@ -953,7 +1008,7 @@ int run_typed(args& a) {
         runners[i].iters.push_back(std::move(it));
       }
     };
-    if (compare) {
+    if (compare || rules.size() > 1) {  // interleaved, so that ratios are of the same conditions
       for (std::uint64_t k = 0; k < warmup; ++k)
         for (std::size_t i = 0; i < runners.size(); ++i) one(i, k, false);
       for (std::uint64_t k = 0; k < iters; ++k)
@@ -1007,11 +1062,23 @@ int run_typed(args& a) {
   const auto show = [](const ratio& x) { return fmt::format("{:.2f}x ({:.2f}-{:.2f})", x.med, x.lo, x.hi); };
 
   fmt::print("\n{} measured iterations per preset{}, after {} warm-up; medians (min-max); GB = 1e9 bytes\n", iters,
-             compare ? ", presets interleaved" : "", warmup);
+             compare || rules.size() > 1 ? ", presets interleaved" : "", warmup);
   std::string head = fmt::format("{:<24} {:>20} {:>6} {:>9} {:>8} {:>10} {:>6}", "preset", "step s", "grads",
                                  "read wait", "compute", "write wait", "other");
   for (const auto& p : paths) head += fmt::format(" {:>13}", p.name + " GB r/w");
-  head += fmt::format(" {:>7} {:>5}", "bound s", "eff");
+  head += fmt::format(" {:>7} {:>5} {:>7}", "bound s", "eff", "B/param");
+  // Several rules: each runner's speedup over AdamW's (fp32 state) of the same preset and lock.
+  const bool rule_ratios = rules.size() > 1 && std::find(rules.begin(), rules.end(), "adamw") != rules.end();
+  std::vector<ratio> speedup_rule(runners.size());
+  if (rule_ratios)
+    for (std::size_t i = 0; i < runners.size(); ++i) {
+      const auto twin = std::find_if(runners.begin(), runners.end(), [&](const runner& r) {
+        return r.v.rule == "adamw" && r.v.preset == runners[i].v.preset && r.v.lock == runners[i].v.lock &&
+               r.v.equal == runners[i].v.equal;
+      });
+      if (twin != runners.end()) speedup_rule[i] = ratios_over(*twin, whole)[i];
+    }
+  if (rule_ratios) head += fmt::format(" {:>20}", "vs adamw");
   if (ratios) head += fmt::format(" {:>20}", "vs zero_infinity");
   if (equal_ratios) head += fmt::format(" {:>20}", "vs zero_inf.-raid0");
   fmt::print("{}\n{}\n", head, std::string(head.size(), '-'));
@@ -1030,6 +1097,12 @@ int run_typed(args& a) {
       }
     }
     line += s.bound > 0 ? fmt::format(" {:>7.2f} {:>5.2f}", s.bound, s.bound / s.total) : fmt::format(" {:>7} {:>5}", "-", "-");
+    {  // the bytes a step moved per parameter, both directions, gradients on the tier included
+      double moved = 0;
+      for (std::size_t j = 0; j < s.path_read.size(); ++j) moved += s.path_read[j] + s.path_written[j];
+      line += fmt::format(" {:>7.2f}", moved / static_cast<double>(params));
+    }
+    if (rule_ratios) line += fmt::format(" {:>20}", show(speedup_rule[i]));
     if (ratios) line += fmt::format(" {:>20}", show(speedup[i]));
     if (equal_ratios) line += fmt::format(" {:>20}", show(speedup_equal[i]));
     fmt::print("{}\n", line);
@@ -1057,7 +1130,8 @@ int run_typed(args& a) {
   fmt::print("bound (docs/design.md section 2, full duplex): zero_infinity's gradient writes of backward / the sum of\n"
              "the paths' write bandwidths, then the largest of read bytes / summed read bandwidths, the other written\n"
              "bytes / summed write bandwidths and the host kernel's time; eff = bound / step (<= 1 when the\n"
-             "bandwidths are the paths' ceilings: caps, or probes the medium cannot beat).\n");
+             "bandwidths are the paths' ceilings: caps, or probes the medium cannot beat). B/param: bytes the step\n"
+             "read and wrote per parameter (cache hits move none).\n");
   if (ratios) {
     fmt::print("\nbackward (gradient hand-over) and update apart, speedups over zero_infinity (medians of per-round\n"
                "ratios); this backward has no GPU compute, only the hand-over each preset does:\n");
@@ -1096,7 +1170,7 @@ int run_typed(args& a) {
       const auto& r = runners[i];
       const auto& s = sums[i];
       json_object o;
-      o.add("preset", r.preset).add("setup_s", r.setup_s);
+      o.add("preset", r.preset).add("setup_s", r.setup_s).add("rule", r.v.rule);
       std::vector<std::string> used;
       for (const auto k : r.paths) used.push_back(fmt::format("\"{}\"", paths[k].name));
       o.add_array("paths", used);

@@ -5,6 +5,7 @@
 
 #include <exception>
 #include <memory>
+#include <optional>
 #include <new>
 #include <span>
 #include <string>
@@ -15,7 +16,7 @@
 // doc-snippet: handle
 // The opaque handle: C sees a pointer to it, C++ keeps the run-time optimizer inside.
 struct strata_adamw {
-  std::unique_ptr<strata::any_offloaded_adamw> opt;
+  std::optional<strata::any_offloaded_adamw> opt;
 };
 // doc-snippet-end
 

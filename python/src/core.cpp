@@ -1,5 +1,5 @@
 // strata._core: the native half of the Python front. It wraps the run-time optimizer
-// (any_offloaded_adamw) and takes tensors through DLPack (nanobind's ndarray), so any framework's
+// (any_offloaded_optimizer, of any update rule) and takes tensors through DLPack (nanobind's ndarray), so any framework's
 // CPU tensors cross without a copy and nothing links against libtorch. The GIL is released
 // while strata works (steps, gradient hand-over, save, load, reads).
 #include <cstddef>
@@ -22,6 +22,7 @@
 #include <strata/core/error.hpp>
 #include <strata/core/half.hpp>
 #include <strata/offload/make_offloaded_adamw.hpp>
+#include <strata/offload/make_offloaded_optimizer.hpp>
 #include <strata/tier/path_arg.hpp>
 #include <strata/version.hpp>
 
@@ -203,15 +204,34 @@ strata::offloaded_adamw_config config_of(nb::dict options) {
     std::size_t i = 0;
     for (nb::handle h : paths) c.paths.push_back(path_of(h, i++));
   }
-  auto& a = c.adamw;
-  a.lr = take<double>(d, "lr", a.lr);
-  a.beta1 = take<double>(d, "beta1", a.beta1);
-  a.beta2 = take<double>(d, "beta2", a.beta2);
-  a.eps = take<double>(d, "eps", a.eps);
-  if (d.contains("weight_decay")) a.weight_decay = take<double>(d, "weight_decay", 0.0);
-  a.decoupled = take<bool>(d, "decoupled", a.decoupled);
-  a.amsgrad = take<bool>(d, "amsgrad", a.amsgrad);
-  a.maximize = take<bool>(d, "maximize", a.maximize);
+  c.rule = take<std::string>(d, "rule", c.rule);
+  // The rule's hyper-parameters, under torch's names.
+  if (c.rule == "sgd") {
+    auto& a = c.sgd;
+    a.lr = take<double>(d, "lr", a.lr);
+    a.momentum = take<double>(d, "momentum", a.momentum);
+    a.dampening = take<double>(d, "dampening", a.dampening);
+    if (d.contains("weight_decay")) a.weight_decay = take<double>(d, "weight_decay", 0.0);
+    a.nesterov = take<bool>(d, "nesterov", a.nesterov);
+    a.maximize = take<bool>(d, "maximize", a.maximize);
+  } else if (c.rule == "lion") {
+    auto& a = c.lion;
+    a.lr = take<double>(d, "lr", a.lr);
+    a.beta1 = take<double>(d, "beta1", a.beta1);
+    a.beta2 = take<double>(d, "beta2", a.beta2);
+    if (d.contains("weight_decay")) a.weight_decay = take<double>(d, "weight_decay", 0.0);
+    a.maximize = take<bool>(d, "maximize", a.maximize);
+  } else {
+    auto& a = c.adamw;
+    a.lr = take<double>(d, "lr", a.lr);
+    a.beta1 = take<double>(d, "beta1", a.beta1);
+    a.beta2 = take<double>(d, "beta2", a.beta2);
+    a.eps = take<double>(d, "eps", a.eps);
+    if (d.contains("weight_decay")) a.weight_decay = take<double>(d, "weight_decay", 0.0);
+    a.decoupled = take<bool>(d, "decoupled", a.decoupled);
+    a.amsgrad = take<bool>(d, "amsgrad", a.amsgrad);
+    a.maximize = take<bool>(d, "maximize", a.maximize);
+  }
   auto& o = c.offload;
   o.subgroup_elems = take<std::size_t>(d, "subgroup_size", o.subgroup_elems);
   o.host_cache_bytes = take<std::uint64_t>(d, "cache_bytes", o.host_cache_bytes);
@@ -333,12 +353,13 @@ nb::dict stats_of(const strata::offload_stats& s) {
 
 class optimizer {
  public:
-  explicit optimizer(std::unique_ptr<strata::any_offloaded_adamw> o) : o_(std::move(o)) {}
+  explicit optimizer(strata::any_offloaded_optimizer o)
+      : o_(std::make_shared<strata::any_offloaded_optimizer>(std::move(o))) {}
 
-  strata::any_offloaded_adamw& get() { return *ptr(); }
+  strata::any_offloaded_optimizer& get() { return *ptr(); }
   // A reference that keeps the optimizer alive through a call that releases the GIL, so that
   // close() from another thread meanwhile cannot free it under the call.
-  std::shared_ptr<strata::any_offloaded_adamw> ptr() {
+  std::shared_ptr<strata::any_offloaded_optimizer> ptr() {
     if (!o_) config_fail("strata: the optimizer was closed");
     return o_;
   }
@@ -346,7 +367,7 @@ class optimizer {
   void close() noexcept { o_.reset(); }
 
  private:
-  std::shared_ptr<strata::any_offloaded_adamw> o_;
+  std::shared_ptr<strata::any_offloaded_optimizer> o_;
 };
 
 // [(first, steps), ...] as param_steps' runs.
@@ -366,9 +387,9 @@ std::unique_ptr<optimizer> load(const std::string& dir, nb::kwargs kw) {
   nb::gil_scoped_release unlocked;
   if (is_s3(dir)) {
     auto store = store_of(dir);
-    return std::make_unique<optimizer>(strata::load_offloaded_adamw(c, store));
+    return std::make_unique<optimizer>(strata::load_offloaded_optimizer(c, store));
   }
-  return std::make_unique<optimizer>(strata::load_offloaded_adamw(c, dir));
+  return std::make_unique<optimizer>(strata::load_offloaded_optimizer(c, dir));
 }
 
 void accept_gradients(optimizer& self, std::size_t first, const array& g) {
@@ -469,22 +490,54 @@ auto with_tensors(const tensor_list& list, F&& fn) {
 
 // `params`: one flat array, or tensors [(first, count, None, weights), ...] covering every
 // parameter once (no flat copy of the model is made).
+// A rule's state by array name, {name: array} (fp32, one value per parameter).
+struct named_state {
+  std::vector<std::string> names;
+  std::vector<strata::named_array> arrays;
+};
+named_state named_state_of(nb::handle h) {
+  named_state out;
+  if (h.is_none()) return out;
+  auto d = nb::cast<nb::dict>(h);
+  out.names.reserve(d.size());
+  for (auto [k, v] : d) {
+    out.names.push_back(nb::cast<std::string>(k));
+    const auto a = nb::cast<array>(v, false);
+    out.arrays.push_back({{}, floats(a, out.names.back().c_str())});
+  }
+  for (std::size_t i = 0; i < out.arrays.size(); ++i) out.arrays[i].name = out.names[i];
+  return out;
+}
+
+// `params`: one flat array, or tensors [(first, count, None, weights), ...] covering every
+// parameter once (no flat copy of the model is made). Existing state: AdamW's moments by keyword,
+// or any rule's arrays by name in `state`.
 std::unique_ptr<optimizer> create(nb::handle params, nb::handle exp_avg, nb::handle exp_avg_sq,
-                                  nb::handle max_exp_avg_sq, std::uint64_t step, nb::handle step_runs, nb::kwargs kw) {
+                                  nb::handle max_exp_avg_sq, std::uint64_t step, nb::handle step_runs,
+                                  nb::handle state_in, nb::kwargs kw) {
   const auto c = config_of(nb::dict(kw));
   const auto m = optional_array(exp_avg);
   const auto v = optional_array(exp_avg_sq);
   const auto vmax = optional_array(max_exp_avg_sq);
   const auto runs = step_runs_of(step_runs);
+  const auto named = named_state_of(state_in);
+  if (!named.arrays.empty() && (m || v || vmax))
+    config_fail("strata: give the state by name (state=) or as AdamW's moments, not both");
   strata::adamw_state_view state;
   if (m) state.exp_avg = floats(*m, "exp_avg");
   if (v) state.exp_avg_sq = floats(*v, "exp_avg_sq");
   if (vmax) state.max_exp_avg_sq = floats(*vmax, "max_exp_avg_sq");
   state.step = step;
   state.step_runs = runs;
+  const strata::rule_state_view rule_state{named.arrays, step, runs};
+  const bool adamw = c.rule == "adamw" || c.rule == "adamw-bf16";
+  if (!adamw && (m || v || vmax))
+    config_fail(fmt::format("strata: exp_avg, exp_avg_sq and max_exp_avg_sq are AdamW's; rule '{}' takes state=",
+                            c.rule));
   const auto build = [&](strata::host_weights w) {
     nb::gil_scoped_release unlocked;
-    return std::make_unique<optimizer>(strata::make_offloaded_adamw(c, w, state));
+    if (adamw && named.arrays.empty()) return std::make_unique<optimizer>(strata::make_offloaded_adamw(c, w, state));
+    return std::make_unique<optimizer>(strata::make_offloaded_optimizer(c, w, rule_state));
   };
   if (nb::isinstance<nb::list>(params) || nb::isinstance<nb::tuple>(params)) {
     const auto list = tensors_of(params);
@@ -627,9 +680,11 @@ NB_MODULE(_core, m) {
       "Checks AdamW state before it replaces anything (ConfigError naming the array and index).");
 
   nb::class_<optimizer>(m, "Optimizer",
-                        "strata's offloaded AdamW over flat fp32 parameters (the state lives on the paths).")
+                        "strata's offloaded optimizer (AdamW, AdamW with bf16 moments, SGD or Lion) over flat parameters (the state "
+                        "lives on the paths).")
       .def_static("create", &create, "params"_a, "exp_avg"_a = nb::none(), "exp_avg_sq"_a = nb::none(),
-                  "max_exp_avg_sq"_a = nb::none(), "step"_a = 0, "step_runs"_a = nb::none(), "options"_a,
+                  "max_exp_avg_sq"_a = nb::none(), "step"_a = 0, "step_runs"_a = nb::none(), "state"_a = nb::none(),
+                  "options"_a,
                   "Builds the optimizer from fp32, bf16 or fp16 weights (and, optionally, existing AdamW moments and step, "
                   "with step_runs [(first, steps), ...] when the parameters' step counts differ).")
       .def_static("load", &load, "directory"_a, "options"_a, "Restores the checkpoint in `directory` onto the paths.")
@@ -671,6 +726,15 @@ NB_MODULE(_core, m) {
              nb::gil_scoped_release unlocked;
              o.read_master(s);
            })
+      .def("read_state",
+           [](optimizer& self, const std::string& name, const array& out) {
+             auto s = out_floats(out, "the state's output");
+             const auto keep = self.ptr();
+             auto& o = *keep;
+             nb::gil_scoped_release unlocked;
+             o.read_state(name, s);
+           },
+           "name"_a, "out"_a, "Reads one array of the rule's state (state_format) into `out` (fp32).")
       .def("read_moments",
            [](optimizer& self, const array& m_out, const array& v_out) {
              auto ms = out_floats(m_out, "exp_avg's output");
@@ -736,6 +800,18 @@ NB_MODULE(_core, m) {
       .def_prop_ro("loss_scale", [](optimizer& self) { return self.get().loss_scale(); })
       .def_prop_ro("size", [](optimizer& self) { return self.get().size(); })
       .def_prop_ro("preset", [](optimizer& self) { return std::string(self.get().preset()); })
+      .def_prop_ro("rule", [](optimizer& self) { return std::string(self.get().rule()); },
+                   "The update rule's tag: 'adamw', 'adamw-bf16', 'sgd' or 'lion'.")
+      .def_prop_ro(
+          "state_format",
+          [](optimizer& self) {
+            nb::list out;
+            const auto& f = self.get().state_format();
+            for (std::size_t i = 0; i < f.count; ++i)
+              out.append(nb::make_tuple(std::string(f.arrays[i].name), std::string(strata::to_string(f.arrays[i].element))));
+            return out;
+          },
+          "The rule's state arrays after the fp32 master: [(name, 'f32' or 'bf16'), ...].")
       .def_prop_ro("subgroup_size", [](optimizer& self) { return self.get().offload().subgroup_elems; })
       .def_prop_ro(
           "gradients", [](optimizer& self) { return std::string(strata::to_string(self.get().offload().gradients)); },

@@ -270,17 +270,17 @@ TEST_CASE("the run-time optimizer on the GPU takes a framework's gradient ranges
     STRATA_CUDA_TRY(cudaEventRecord(backward_done, framework));
     const auto ready = strata::cuda_event::wrap(backward_done);
     const strata::device_span<const strata::bf16> d(dg);
-    dev->accept_gradients_at(0, d.subspan(0, 100'000), ready);  // parameter tensors across subgroups
-    dev->accept_gradients_at(100'000, d.subspan(100'000, n - 100'000), ready);
-    dev->step(1e-3, strata::device_model_span{dm});
+    dev.accept_gradients_at(0, d.subspan(0, 100'000), ready);  // parameter tensors across subgroups
+    dev.accept_gradients_at(100'000, d.subspan(100'000, n - 100'000), ready);
+    dev.step(1e-3, strata::device_model_span{dm});
     std::vector<strata::bf16> host_model(n), device_model(n);
-    host->step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<strata::bf16>(host_model)});
+    host.step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<strata::bf16>(host_model)});
     STRATA_CUDA_TRY(cudaMemcpy(device_model.data(), dm.data(), n * 2, cudaMemcpyDeviceToHost));
     CHECK(std::memcmp(device_model.data(), host_model.data(), n * 2) == 0);
   }
   std::vector<float> a(n), b(n);
-  dev->read_master(a);
-  host->read_master(b);
+  dev.read_master(a);
+  host.read_master(b);
   CHECK(std::memcmp(a.data(), b.data(), n * 4) == 0);
   STRATA_CUDA_TRY(cudaStreamSynchronize(framework));
   CHECK(cudaEventDestroy(backward_done) == cudaSuccess);

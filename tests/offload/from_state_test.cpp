@@ -93,14 +93,14 @@ TEST_CASE("the run-time optimizer starts from existing state too, and reads back
   auto c = host_config(2, 250);
   c.adamw = ao;
   auto opt = strata::make_offloaded_adamw(c, ref.p, state_of(ref));
-  REQUIRE(opt->step_count() == 2);
+  REQUIRE(opt.step_count() == 2);
   const auto g = random_grads<float>(n, 82);
-  opt->step(std::span<const float>(g), 1e-3);
+  opt.step(std::span<const float>(g), 1e-3);
   ref.step(std::span<const float>(g), 1e-3);
   std::vector<float> p(n), m(n), v(n), vmax(n);
-  opt->read_master(p);
-  opt->read_moments(m, v);
-  opt->read_max_exp_avg_sq(vmax);
+  opt.read_master(p);
+  opt.read_moments(m, v);
+  opt.read_max_exp_avg_sq(vmax);
   CHECK(same_bits(p, ref.p));
   CHECK(same_bits(m, ref.m));
   CHECK(same_bits(v, ref.v));
@@ -118,14 +118,14 @@ TEST_CASE("the run-time optimizer writes the updated weights into an fp32, bf16 
   std::vector<float> master(n);
   for (int t = 0; t < 3; ++t) {
     const auto g = random_grads<strata::bf16>(n, 90 + static_cast<std::uint64_t>(t));
-    if (t == 0) opt->step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<float>(f32)});
+    if (t == 0) opt.step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<float>(f32)});
     if (t == 1) {
-      opt->accept_gradients_at(0, std::span<const strata::bf16>(g).first(300));
-      opt->accept_gradients_at(300, std::span<const strata::bf16>(g).subspan(300));
-      opt->step(1e-3, strata::host_model_span{std::span<strata::bf16>(b16)});
+      opt.accept_gradients_at(0, std::span<const strata::bf16>(g).first(300));
+      opt.accept_gradients_at(300, std::span<const strata::bf16>(g).subspan(300));
+      opt.step(1e-3, strata::host_model_span{std::span<strata::bf16>(b16)});
     }
-    if (t == 2) opt->step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<strata::fp16>(h16)});
-    opt->read_master(master);
+    if (t == 2) opt.step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<strata::fp16>(h16)});
+    opt.read_master(master);
     for (std::size_t i = 0; i < n; ++i) {
       if (t == 0) REQUIRE(same_bits(std::span<const float>(&f32[i], 1), std::span<const float>(&master[i], 1)));
       if (t == 1) REQUIRE(b16[i].bits == strata::bf16(master[i]).bits);
@@ -133,7 +133,7 @@ TEST_CASE("the run-time optimizer writes the updated weights into an fp32, bf16 
     }
   }
   std::vector<float> wrong(n - 1);
-  CHECK_THROWS_AS(opt->step(std::span<const float>(std::vector<float>(n)), 1e-3,
+  CHECK_THROWS_AS(opt.step(std::span<const float>(std::vector<float>(n)), 1e-3,
                             strata::host_model_span{std::span<float>(wrong)}),
                   strata::config_error);
 }
@@ -145,7 +145,7 @@ TEST_CASE("the run-time optimizer on an executor takes device gradient ranges an
   strata::host_executor<> exec;
   auto dev = strata::make_offloaded_adamw(c, exec, strata::alternating_site{1, 1}, params);
   auto host = strata::make_offloaded_adamw(c, params);
-  CHECK(&dev->executor() == &exec);
+  CHECK(&dev.executor() == &exec);
   auto grads_mem = exec.allocate_device(n * sizeof(strata::bf16));
   auto model_mem = exec.allocate_device(n * sizeof(strata::bf16));
   const strata::device_span<strata::bf16> dg(reinterpret_cast<strata::bf16*>(grads_mem.data()), n);
@@ -156,20 +156,20 @@ TEST_CASE("the run-time optimizer on an executor takes device gradient ranges an
     const auto ready = exec.h2d().record();
     // Three tensors' ranges, across subgroup boundaries.
     const strata::device_span<const strata::bf16> d(dg);
-    dev->accept_gradients_at(0, d.subspan(0, 333), ready);
-    dev->accept_gradients_at(333, d.subspan(333, 444), ready);
-    dev->accept_gradients_at(777, d.subspan(777, 123), ready);
-    dev->step(1e-3, strata::device_model_span{dm});
+    dev.accept_gradients_at(0, d.subspan(0, 333), ready);
+    dev.accept_gradients_at(333, d.subspan(333, 444), ready);
+    dev.accept_gradients_at(777, d.subspan(777, 123), ready);
+    dev.step(1e-3, strata::device_model_span{dm});
     std::vector<strata::bf16> host_model(n);
-    host->step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<strata::bf16>(host_model)});
+    host.step(std::span<const strata::bf16>(g), 1e-3, strata::host_model_span{std::span<strata::bf16>(host_model)});
     std::vector<strata::bf16> device_model(n);
     exec.d2h().copy_to_host(std::as_writable_bytes(std::span<strata::bf16>(device_model)), dm.bytes());
     exec.d2h().sync();
     for (std::size_t i = 0; i < n; ++i) REQUIRE(device_model[i].bits == host_model[i].bits);
   }
   std::vector<float> a(n), b(n);
-  dev->read_master(a);
-  host->read_master(b);
+  dev.read_master(a);
+  host.read_master(b);
   CHECK(same_bits(a, b));
 }
 
@@ -181,16 +181,16 @@ TEST_CASE("discarded gradients may be handed over again, and the step uses only 
   auto twin = strata::make_offloaded_adamw(c, params);
   const auto stale = random_grads<float>(n, 7);
   const auto g = random_grads<float>(n, 8);
-  opt->accept_gradients_at(100, std::span<const float>(stale).subspan(100, 250));
-  CHECK_THROWS_AS(opt->accept_gradients_at(0, std::span<const float>(g)), strata::config_error);  // overlaps
-  opt->discard_gradients();
-  CHECK_THROWS_AS(opt->step(1e-3), strata::config_error);  // nothing handed over now
-  opt->accept_gradients_at(0, std::span<const float>(g));
-  opt->step(1e-3);
-  twin->step(std::span<const float>(g), 1e-3);
+  opt.accept_gradients_at(100, std::span<const float>(stale).subspan(100, 250));
+  CHECK_THROWS_AS(opt.accept_gradients_at(0, std::span<const float>(g)), strata::config_error);  // overlaps
+  opt.discard_gradients();
+  CHECK_THROWS_AS(opt.step(1e-3), strata::config_error);  // nothing handed over now
+  opt.accept_gradients_at(0, std::span<const float>(g));
+  opt.step(1e-3);
+  twin.step(std::span<const float>(g), 1e-3);
   std::vector<float> a(n), b(n);
-  opt->read_master(a);
-  twin->read_master(b);
+  opt.read_master(a);
+  twin.read_master(b);
   CHECK(same_bits(a, b));
 }
 

@@ -11,6 +11,7 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,7 +39,7 @@ int run_job(const std::filesystem::path& work, std::uint64_t max_steps) {
   }
   c.adamw = strata_kill::options();
   const auto ckpt = work / "ckpt";
-  std::unique_ptr<strata::any_offloaded_adamw> opt;
+  std::optional<strata::any_offloaded_adamw> opt;
   if (std::filesystem::exists(ckpt / "manifest"))
     opt = strata::load_offloaded_adamw(c, ckpt);
   else

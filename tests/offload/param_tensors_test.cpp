@@ -441,17 +441,17 @@ TEST_CASE("the run-time optimizer steps over tensors, starts from 16-bit weights
   auto opt = strata::make_offloaded_adamw(c, strata::host_weights(std::span<const strata::bf16>(model)));
   for (std::size_t s = 0; s < 3; ++s) {
     const auto g = random_grads<strata::bf16>(n, 110 + s);
-    opt->step(span_of(tensors_of<strata::bf16>(ref, schedule[s], g, model)), 1e-2, strata::step_options{});
+    opt.step(span_of(tensors_of<strata::bf16>(ref, schedule[s], g, model)), 1e-2, strata::step_options{});
     ref.step<strata::bf16, strata::bf16>(schedule[s], g, 1e-2, ref_model);
   }
-  require_state(*opt, ref);
+  require_state(opt, ref);
   for (std::size_t i = 0; i < n; ++i) REQUIRE(same_bits(model[i], ref_model[i]));
   // The same state handed to a new optimizer with its step runs continues identically.
-  const auto runs = opt->param_step_counts().runs();
+  const auto runs = opt.param_step_counts().runs();
   const std::vector<strata::param_step_run> copy(runs.begin(), runs.end());
-  strata::adamw_state_view st{ref.m, ref.v, {}, opt->step_count(), copy};
+  strata::adamw_state_view st{ref.m, ref.v, {}, opt.step_count(), copy};
   auto again = strata::make_offloaded_adamw(c, ref.p, st);
-  CHECK(again->param_step_counts() == opt->param_step_counts());
+  CHECK(again.param_step_counts() == opt.param_step_counts());
   const std::vector<strata::param_step_run> too_many = {{0, 9}};
   st.step_runs = too_many;
   CHECK_THROWS_AS(strata::make_offloaded_adamw(c, ref.p, st), strata::config_error);
@@ -459,7 +459,7 @@ TEST_CASE("the run-time optimizer steps over tensors, starts from 16-bit weights
   const auto tensors = tensors_of<strata::bf16>(ref, {}, {}, model);
   auto from_tensors = strata::make_offloaded_adamw(c, strata::host_weights(span_of(tensors)));
   std::vector<float> master(n);
-  from_tensors->read_master(master);
+  from_tensors.read_master(master);
   for (std::size_t i = 0; i < n; ++i) REQUIRE(master[i] == static_cast<float>(model[i]));
   const std::vector<strata::param_tensor<strata::bf16, strata::bf16>> with_a_gap = {
       {0, 100, {}, std::span<strata::bf16>(model).first(100)}, {200, n - 200, {}, std::span<strata::bf16>(model).subspan(200)}};

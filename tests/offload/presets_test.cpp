@@ -63,10 +63,10 @@ TEST_CASE("every preset is bit-identical to AdamW on one flat array") {
     auto c = base_config(dir.path(), preset, paths);
     c.offload.host_memory_budget = 16 * strata::host_budget::footprint(500 * 16);
     auto opt = strata::make_offloaded_adamw(c, init);
-    CHECK(opt->preset() == std::string_view(preset));
+    CHECK(opt.preset() == std::string_view(preset));
     flat_reference ref(init, c.adamw);
-    run_and_compare(*opt, ref, 3, 100);
-    CHECK(opt->stats().host_memory_peak <= c.offload.host_memory_budget);
+    run_and_compare(opt, ref, 3, 100);
+    CHECK(opt.stats().host_memory_peak <= c.offload.host_memory_budget);
   }
 }
 
@@ -79,7 +79,7 @@ TEST_CASE("gradients handed over in pieces step like whole ones, and path_totals
     temp_dir dir(fs::temp_directory_path(), "offload-accept");
     auto opt = strata::make_offloaded_adamw(base_config(dir.path(), preset, paths), init);
     flat_reference ref(init, strata::adamw_options{});
-    const auto before = opt->path_totals();
+    const auto before = opt.path_totals();
     REQUIRE(before.size() == paths);
     CHECK(before[0].name == "nvme");
     CHECK(before[0].read_bandwidth == 2e9);
@@ -88,14 +88,14 @@ TEST_CASE("gradients handed over in pieces step like whole ones, and path_totals
       const std::span<const strata::bf16> all(g);
       // Backward produces gradients in uneven pieces that straddle subgroups (500 parameters each).
       for (std::size_t first = 0; first < n; first += 700)
-        opt->accept_gradients_at(first, all.subspan(first, std::min<std::size_t>(700, n - first)));
-      const auto st = opt->step(1e-3);
+        opt.accept_gradients_at(first, all.subspan(first, std::min<std::size_t>(700, n - first)));
+      const auto st = opt.step(1e-3);
       ref.step(all, 1e-3);
       CHECK(st.subgroups == 6);
     }
-    const auto totals = opt->stats();
+    const auto totals = opt.stats();
     // A waiter wakes after the continuations have run (completion), so the counts are exact now.
-    const auto after = opt->path_totals();
+    const auto after = opt.path_totals();
     std::uint64_t read = 0, written = 0;
     for (std::size_t i = 0; i < after.size(); ++i) {
       read += after[i].bytes_read - before[i].bytes_read;
@@ -106,7 +106,7 @@ TEST_CASE("gradients handed over in pieces step like whole ones, and path_totals
     CHECK(read == totals.bytes_read);
     CHECK(written == totals.bytes_written + totals.gradient_bytes_written);
     std::vector<float> p(n);
-    opt->read_master(p);
+    opt.read_master(p);
     CHECK(same_bits(p, ref.p));
   }
 }
@@ -116,14 +116,14 @@ TEST_CASE("zero_infinity writes fp32 gradients to the tier and reads them back w
   temp_dir dir(fs::temp_directory_path(), "offload-zi");
   auto opt = strata::make_offloaded_adamw(base_config(dir.path(), "zero_infinity", 1), random_params(n, 31));
   const auto g = random_grads<strata::bf16>(n, 1);
-  const auto s = opt->step(std::span<const strata::bf16>(g), 1e-3);
+  const auto s = opt.step(std::span<const strata::bf16>(g), 1e-3);
   CHECK(s.cache_hits == 0);
   CHECK(s.bytes_read == n * 16);  // 12 B of state + 4 B of fp32 gradient per parameter
   CHECK(s.bytes_written == n * 12);
-  CHECK(opt->stats().gradient_bytes_written == n * 4);
-  CHECK(opt->offload().prefetch_depth == 1);
-  CHECK(opt->offload().write_behind_depth == 1);
-  CHECK(opt->offload().gradients == strata::gradient_residency::tier);
+  CHECK(opt.stats().gradient_bytes_written == n * 4);
+  CHECK(opt.offload().prefetch_depth == 1);
+  CHECK(opt.offload().write_behind_depth == 1);
+  CHECK(opt.offload().gradients == strata::gradient_residency::tier);
 }
 
 TEST_CASE("mlp_offload places subgroups 2:1 and keeps the last ones of each step in host memory") {
@@ -131,11 +131,11 @@ TEST_CASE("mlp_offload places subgroups 2:1 and keeps the last ones of each step
   temp_dir dir(fs::temp_directory_path(), "offload-mlp");
   auto opt = strata::make_offloaded_adamw(base_config(dir.path(), "mlp_offload", 2), random_params(n, 32));
   const auto g = random_grads<strata::bf16>(n, 1);
-  const auto s1 = opt->step(std::span<const strata::bf16>(g), 1e-3);
+  const auto s1 = opt.step(std::span<const strata::bf16>(g), 1e-3);
   REQUIRE(s1.paths.size() == 2);
   CHECK(s1.paths[0].bytes_read == 8 * 500 * 12);
   CHECK(s1.paths[1].bytes_read == 4 * 500 * 12);
-  const auto s2 = opt->step(std::span<const strata::bf16>(g), 1e-3);
+  const auto s2 = opt.step(std::span<const strata::bf16>(g), 1e-3);
   CHECK(s2.cache_hits == strata::presets::mlp_offload::default_kept);
   CHECK(s2.bytes_read == (12 - strata::presets::mlp_offload::default_kept) * 500 * 12);
 }
@@ -146,18 +146,19 @@ TEST_CASE("the strata preset sizes its cache from the budget; a cache of every s
   auto c = base_config(dir.path(), "strata", 2);
   const auto slot = strata::host_budget::footprint(500 * 12);
   c.offload.host_memory_budget = (10 + 9) * slot + strata::host_budget::footprint(n * 2);
-  auto opt = strata::make_offloaded_adamw(c, random_params(n, 33));
-  CHECK(opt->stats().cache_slots == 10);
-  const auto g = random_grads<strata::bf16>(n, 1);
-  opt->step(std::span<const strata::bf16>(g), 1e-3);
-  const auto s2 = opt->step(std::span<const strata::bf16>(g), 1e-3);
-  CHECK(s2.cache_hits == 10);
-  CHECK(s2.bytes_read == 0);
-  CHECK(s2.bytes_written == 0);
+  {  // its paths and prefix are the next one's: one owner at a time
+    auto opt = strata::make_offloaded_adamw(c, random_params(n, 33));
+    CHECK(opt.stats().cache_slots == 10);
+    const auto g = random_grads<strata::bf16>(n, 1);
+    opt.step(std::span<const strata::bf16>(g), 1e-3);
+    const auto s2 = opt.step(std::span<const strata::bf16>(g), 1e-3);
+    CHECK(s2.cache_hits == 10);
+    CHECK(s2.bytes_read == 0);
+    CHECK(s2.bytes_written == 0);
+  }
   c.offload.host_memory_budget = (5 + 9) * slot + strata::host_budget::footprint(n * 2);
-  opt.reset();  // its paths and prefix are the next one's: one owner at a time
   auto half = strata::make_offloaded_adamw(c, random_params(n, 33));
-  CHECK(half->stats().cache_slots == 5);
+  CHECK(half.stats().cache_slots == 5);
 }
 
 TEST_CASE("the strata preset leaves the device landing slots out of its cache when the update may run on the device") {
@@ -193,12 +194,12 @@ TEST_CASE("a checkpoint saved under one preset loads under another and continues
   flat_reference ref(init, {});
   {
     auto opt = strata::make_offloaded_adamw(base_config(dir.path() / "a", "mlp_offload", 2), init);
-    run_and_compare(*opt, ref, 2, 200);
-    opt->save(dir.path() / "ckpt");
+    run_and_compare(opt, ref, 2, 200);
+    opt.save(dir.path() / "ckpt");
   }
   auto opt = strata::load_offloaded_adamw(base_config(dir.path() / "b", "strata", 1), dir.path() / "ckpt");
-  CHECK(opt->step_count() == 2);
-  run_and_compare(*opt, ref, 2, 202);
+  CHECK(opt.step_count() == 2);
+  run_and_compare(opt, ref, 2, 202);
 }
 
 TEST_CASE("make_offloaded_adamw rejects unknown presets and path counts a preset cannot use") {
@@ -258,7 +259,7 @@ TEST_CASE("on paths capped by throttled<> the full-duplex bound is a lower bound
     auto opt = strata::make_offloaded_adamw(c, init);
     const auto g = random_grads<strata::bf16>(n, 2);
     for (int t = 0; t < 3; ++t) {
-      const auto s = opt->step(std::span<const strata::bf16>(g), 1e-3);
+      const auto s = opt.step(std::span<const strata::bf16>(g), 1e-3);
       CAPTURE(s.to_string());
       CHECK(s.bound_s > 0);
       CHECK(s.efficiency > 0);
@@ -284,10 +285,10 @@ TEST_CASE("mlp_offload's PFS path takes separate node-wide read and write locks,
     c.mlp_offload_lock = locked;
     c.node_limiter_name = "pfs";
     auto opt = strata::make_offloaded_adamw(c, init);
-    CHECK(opt->offload().prefetch_depth == 1);  // one swap-in and one swap-out ahead per path
-    CHECK(opt->offload().write_behind_depth == 1);
+    CHECK(opt.offload().prefetch_depth == 1);  // one swap-in and one swap-out ahead per path
+    CHECK(opt.offload().write_behind_depth == 1);
     flat_reference ref(init, c.adamw);
-    run_and_compare(*opt, ref, 2, 300);
+    run_and_compare(opt, ref, 2, 300);
     const bool separate_files = fs::exists(dir.path() / "locks" / "pfs.read") && fs::exists(dir.path() / "locks" / "pfs.write");
     const bool shared_file = fs::exists(dir.path() / "locks" / "pfs");
     CHECK(separate_files == (locked && sharing == strata::rw_sharing::separate));
@@ -305,8 +306,8 @@ TEST_CASE("zero_infinity striped over every path (RAID0) with a cache stays bit-
   c.offload.cache_subgroups = 3;
   auto opt = strata::make_offloaded_adamw(c, init);
   flat_reference ref(init, c.adamw);
-  run_and_compare(*opt, ref, 3, 400);
-  const auto totals = opt->path_totals();
+  run_and_compare(opt, ref, 3, 400);
+  const auto totals = opt.path_totals();
   REQUIRE(totals.size() == 2);  // the members, not the one striped path
   CHECK(totals[0].name == "nvme");
   CHECK(totals[1].name == "pfs");
@@ -316,7 +317,7 @@ TEST_CASE("zero_infinity striped over every path (RAID0) with a cache stays bit-
   // the same size gets no hit at all under that order); some steps lose one of the 3 to a slot
   // the read-ahead took.
   const auto g = random_grads<strata::bf16>(n, 9);
-  const auto s = opt->step(std::span<const strata::bf16>(g), 1e-3);
+  const auto s = opt.step(std::span<const strata::bf16>(g), 1e-3);
   CHECK(s.cache_hits >= 2);
   CHECK(s.cache_hits <= 3);
   CHECK(s.cache_hits + s.cache_misses == 12);

@@ -460,7 +460,7 @@ TEST_CASE("a damaged state file always ends in integrity_error, never in a wrong
   c.paths.push_back(p);
   const auto init = random_params(n, 12);
   auto opt = strata::make_offloaded_adamw(c, init);
-  opt->flush();
+  opt.flush();
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(p.directory))
     if (e.is_regular_file() && e.path().filename().string().front() != '.') files.push_back(e.path());
@@ -482,16 +482,16 @@ TEST_CASE("a damaged state file always ends in integrity_error, never in a wrong
     }
     CAPTURE(f);
     CAPTURE(at);
-    CHECK_THROWS_AS(opt->read_master(w), strata::integrity_error);
+    CHECK_THROWS_AS(opt.read_master(w), strata::integrity_error);
     {
       std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
       io.seekp(at);
       io.write(&byte, 1);
     }
-    opt->read_master(w);
+    opt.read_master(w);
     CHECK(same_bits(w, init));
   }
-  CHECK(opt->remove_state() == n / sg);
+  CHECK(opt.remove_state() == n / sg);
 }
 
 TEST_CASE("thousands of requests in flight on a file_tier queue for descriptors instead of failing") {
@@ -552,26 +552,26 @@ TEST_CASE("objects a crash left longer than their state stop neither a resume no
   std::vector<float> w(n);
   {
     auto opt = strata::make_offloaded_adamw(c, init);
-    opt->save(ck);
-    opt->step(std::span<const strata::bf16>(g), 1e-3);
-    opt->flush();
+    opt.save(ck);
+    opt.step(std::span<const strata::bf16>(g), 1e-3);
+    opt.flush();
   }  // as after a kill: the objects stay, recorded in the directory's journal
   REQUIRE(pad_objects(p.directory) == n / sg);
   {
     auto opt = strata::load_offloaded_adamw(c, ck);  // resumes from step 0, whatever the tier holds
-    opt->read_master(w);
+    opt.read_master(w);
     CHECK(same_bits(w, init));
-    opt->step(std::span<const strata::bf16>(g), 1e-3);
+    opt.step(std::span<const strata::bf16>(g), 1e-3);
     ref.step(std::span<const strata::bf16>(g), 1e-3);
-    opt->read_master(w);
+    opt.read_master(w);
     CHECK(same_bits(w, ref.p));
-    opt->flush();
+    opt.flush();
   }
   REQUIRE(pad_objects(p.directory) == n / sg);
   auto opt = strata::make_offloaded_adamw(c, init);  // a fresh run reclaims the killed run's objects
-  opt->read_master(w);
+  opt.read_master(w);
   CHECK(same_bits(w, init));
-  CHECK(opt->remove_state() == n / sg);
+  CHECK(opt.remove_state() == n / sg);
 }
 
 TEST_CASE("a fresh run refuses another job's objects by name and leaves them; asked to, it replaces them") {
@@ -590,9 +590,9 @@ TEST_CASE("a fresh run refuses another job's objects by name and leaves them; as
   c.paths[0].adopt_existing = true;
   auto opt = strata::make_offloaded_adamw(c, init);
   std::vector<float> w(n);
-  opt->read_master(w);
+  opt.read_master(w);
   CHECK(same_bits(w, init));
-  CHECK(opt->remove_state() == n / sg);
+  CHECK(opt.remove_state() == n / sg);
   CHECK_FALSE(fs::exists(p.directory / "strata.sg-4"));
 }
 

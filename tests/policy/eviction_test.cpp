@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/policy/any_eviction_policy.hpp"
 #include "strata/policy/belady.hpp"
 #include "strata/policy/cache_index.hpp"
 #include "strata/policy/fifo.hpp"
@@ -21,9 +23,21 @@
 
 #include "eviction_suite.hpp"
 
-// The typed suite over the library's policies.
 namespace strata_test::eviction_suite {
-STRATA_EVICTION_SUITE(strata::lru, strata::fifo, strata::sweep_aware, strata::belady);
+// The erasure pair (core/erased.hpp) over lru: the owning value and a reference, each through the
+// table, default-constructible as the suite makes its policies.
+struct any_lru : strata::any_eviction_policy {
+  any_lru() : strata::any_eviction_policy(strata::lru{}) {}
+};
+struct lru_holder {
+  std::unique_ptr<strata::lru> held = std::make_unique<strata::lru>();  // moves keep its address
+};
+struct lru_ref : private lru_holder, public strata::eviction_policy_ref {
+  lru_ref() : lru_holder{}, strata::eviction_policy_ref(*held) {}
+};
+
+// The typed suite over the library's policies and their erasures.
+STRATA_EVICTION_SUITE(strata::lru, strata::fifo, strata::sweep_aware, strata::belady, any_lru, lru_ref);
 }  // namespace strata_test::eviction_suite
 
 // The folder's tests compile together: this file's names stay in its own namespace.

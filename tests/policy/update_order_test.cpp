@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "strata/core/error.hpp"
 #include "strata/policy/update_order.hpp"
 
 // The folder's tests compile together: this file's names stay in its own namespace.
@@ -35,10 +37,35 @@ struct shuffled_fixture {
     });
   }
 };
+// The erasure pair (core/erased.hpp): an owned order, and a reference to one that outlives it.
+struct any_update_order_fixture {
+  static strata::any_update_order make() { return strata::alternating{}; }
+};
+struct update_order_ref_fixture {
+  static strata::update_order_ref make() {
+    static const strata::custom_order shuffled = shuffled_fixture::make();
+    return shuffled;
+  }
+};
 }  // namespace
 
+TEST_CASE("the erased order answers as the order it holds or refers to, which target() recovers") {
+  const strata::any_update_order owned = strata::alternating{};
+  const strata::update_order_ref ref = owned;
+  CHECK(owned.target<strata::alternating>() != nullptr);
+  CHECK(owned.target<strata::sequential>() == nullptr);
+  CHECK(ref.target<strata::alternating>() == owned.target<strata::alternating>());
+  for (std::uint64_t step = 0; step < 3; ++step)
+    CHECK(strata::order_of(ref, step, 9) == strata::order_of(strata::alternating{}, step, 9));
+  strata::any_update_order moved = strata::sequential{};
+  const auto taken = std::move(moved);
+  CHECK_THROWS_AS(strata::order_of(moved, 0, 3), strata::config_error);  // NOLINT(bugprone-use-after-move)
+  CHECK(strata::order_of(taken, 0, 3) == ids{0, 1, 2});
+}
+
 TEST_CASE_TEMPLATE("every step's order is a permutation of the subgroups, the same for the same step", F,
-                   sequential_fixture, alternating_fixture, shuffled_fixture) {
+                   sequential_fixture, alternating_fixture, shuffled_fixture, any_update_order_fixture,
+                   update_order_ref_fixture) {
   const auto o = F::make();
   for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{64}}) {
     for (std::uint64_t step = 0; step < 6; ++step) {

@@ -51,15 +51,22 @@ struct cost_model_no_device_fixture {
 struct any_update_site_fixture {
   static strata::any_update_site make() { return strata::alternating_site{1, 2}; }
 };
-struct default_any_update_site_fixture {  // empty: always_host
+struct default_any_update_site_fixture {  // none given: always_host
   static strata::any_update_site make() { return {}; }
+};
+// A reference to a site that outlives it.
+struct update_site_ref_fixture {
+  static strata::update_site_ref make() {
+    static const strata::fraction_site quarter{0.25};
+    return quarter;
+  }
 };
 }  // namespace
 
 #define STRATA_UPDATE_SITES                                                                                   \
   always_host_fixture, always_device_fixture, alternating_site_fixture, host_only_alternating_fixture,      \
       fraction_site_fixture, no_share_fixture, cost_model_site_fixture, cost_model_no_device_fixture,              \
-      any_update_site_fixture, default_any_update_site_fixture
+      any_update_site_fixture, default_any_update_site_fixture, update_site_ref_fixture
 
 TEST_CASE_TEMPLATE("a site that never uses the device never chooses it; one that does, does in a long step", F,
                    STRATA_UPDATE_SITES) {

@@ -268,11 +268,11 @@ TEST_CASE("a run-time optimizer over a directory and an s3:// path steps bit for
     c.offload.subgroup_elems = 50'000;
     c.offload.threads = 2;
     auto opt = strata::make_offloaded_adamw(c, init);
-    for (int i = 0; i < 3; ++i) opt->step(std::span<const strata::bf16>(random_grads<strata::bf16>(n, 30 + i)), 1e-3f);
+    for (int i = 0; i < 3; ++i) opt.step(std::span<const strata::bf16>(random_grads<strata::bf16>(n, 30 + i)), 1e-3f);
     master.resize(n);
-    opt->read_master(master);
-    const auto traffic = opt->path_totals();
-    opt->remove_state();
+    opt.read_master(master);
+    const auto traffic = opt.path_totals();
+    opt.remove_state();
     return traffic;
   };
   std::vector<float> two, one;

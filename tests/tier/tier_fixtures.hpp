@@ -121,6 +121,18 @@ struct any_tier_fixture {
   tier_type t;
 };
 
+/// A non-owning reference to a file tier the fixture keeps (tier_ref: the erasure pair's ref).
+struct tier_ref_fixture {
+  static constexpr const char* name = "tier_ref to file_tier";
+  using tier_type = strata::tier_ref;
+  explicit tier_ref_fixture(std::uint64_t cap = strata::unlimited_capacity)
+      : held(file_opts(dir.path(), strata::io_backend::automatic, cap, "referred")), t(held) {}
+  tier_type& tier() { return t; }
+  temp_dir dir;
+  strata::file_tier held;
+  tier_type t;
+};
+
 /// RAID0 over a file path and a host path, with a small stripe unit so every object spans both.
 struct striped_fixture {
   static constexpr const char* name = "striped(file_tier, host_tier)";

@@ -29,16 +29,23 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "strata/offload/offload_layout.hpp"
 #include "strata/offload/offload_options.hpp"
+#include "strata/exec/executor.hpp"
+#include "strata/exec/host_executor.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
+#include "strata/offload/offloaded_optimizer.hpp"
+#include "strata/optim/adamw_rule.hpp"
+#include "strata/optim/update_rule.hpp"
 #include "strata/optim/adamw_math.hpp"
 #include "strata/policy/belady.hpp"
 #include "strata/policy/lru.hpp"
 #include "strata/policy/placement.hpp"
 #include "strata/policy/sweep_aware.hpp"
 #include "strata/policy/update_order.hpp"
+#include "strata/policy/update_site.hpp"
 #include "strata/sync/node_limiter.hpp"
 #include "strata/tier/checksummed.hpp"
 #include "strata/tier/limited.hpp"
@@ -48,8 +55,8 @@ namespace strata::presets {
 
 namespace detail {
 /// Bytes of host memory one subgroup slot takes under `o`.
-[[nodiscard]] inline std::uint64_t slot_footprint(std::size_t params, const adamw_options& a, const offload_options& o) {
-  return offload_layout::of(params, a, o).slot_footprint();
+[[nodiscard]] inline std::uint64_t slot_footprint(std::size_t params, const state_format& f, const offload_options& o) {
+  return offload_layout::of_format(params, f, o).slot_footprint();
 }
 }  // namespace detail
 
@@ -63,13 +70,21 @@ struct zero_infinity {
   /// The same with updates on `Exec` where `Site` says (gradients and the model may live there).
   template <tier Tier, executor Exec, update_site Site>
   using device_optimizer = offloaded_adamw<Tier, eviction, order, Exec, Site>;
+  /// The same with another update rule.
+  template <update_rule Rule, tier Tier, executor Exec = host_executor<>, update_site Site = always_host>
+  using rule_optimizer = offloaded_optimizer<Rule, Tier, eviction, order, Exec, Site>;
   /// One path: the tier itself.
   template <tier Tier>
   using paths = Tier;
 
   /// The base's host cache is kept (none by default, as ZeRO-Infinity keeps none).
-  [[nodiscard]] static offload_options options(std::size_t /*params*/, const adamw_options& /*a*/,
-                                               offload_options base = {}, bool /*device*/ = false) {
+  [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {},
+                                               bool device = false) {
+    return options(params, adamw_rule::format(a), std::move(base), device);
+  }
+  /// As above for a rule's state format.
+  [[nodiscard]] static offload_options options(std::size_t /*params*/, const state_format& /*format*/,
+                                               offload_options base, bool /*device*/ = false) {
     base.prefetch_depth = 1;
     base.write_behind_depth = 1;
     base.gradients = gradient_residency::tier;
@@ -87,6 +102,9 @@ struct mlp_offload {
   /// The same with updates on `Exec` where `Site` says (gradients and the model may live there).
   template <tier Tier, executor Exec, update_site Site>
   using device_optimizer = offloaded_adamw<Tier, eviction, order, Exec, Site>;
+  /// The same with another update rule.
+  template <update_rule Rule, tier Tier, executor Exec = host_executor<>, update_site Site = always_host>
+  using rule_optimizer = offloaded_optimizer<Rule, Tier, eviction, order, Exec, Site>;
   /// NVMe and PFS paths, the PFS one behind node-wide limiters (build it from a separate
   /// rw_limiter, as above, for MLP-Offload's read and write locks); both owned by the caller.
   template <tier Nvme, tier Pfs>
@@ -97,6 +115,11 @@ struct mlp_offload {
   static constexpr std::size_t default_kept = 2;
 
   [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {},
+                                               bool device = false) {
+    return options(params, adamw_rule::format(a), std::move(base), device);
+  }
+  /// As above for a rule's state format.
+  [[nodiscard]] static offload_options options(std::size_t params, const state_format& a, offload_options base,
                                                bool /*device*/ = false) {
     if (base.gradients != gradient_residency::caller) base.gradients = gradient_residency::host;
     base.prefetch_depth = 1;  // per path: its swapper's one async swap-in and one async swap-out
@@ -116,6 +139,9 @@ struct strata_preset {
   /// The same with updates on `Exec` where `Site` says (gradients and the model may live there).
   template <tier Tier, executor Exec, update_site Site>
   using device_optimizer = offloaded_adamw<Tier, eviction, order, Exec, Site>;
+  /// The same with another update rule.
+  template <update_rule Rule, tier Tier, executor Exec = host_executor<>, update_site Site = always_host>
+  using rule_optimizer = offloaded_optimizer<Rule, Tier, eviction, order, Exec, Site>;
   /// Each path under checksummed<> (1 MiB blocks, checksums in memory): a damaged byte on a path
   /// is an integrity_error, never a wrong weight. Built from one argument per path as before.
   template <tier... Paths>
@@ -129,6 +155,11 @@ struct strata_preset {
   /// the device, whose landing slots the budget holds too.
   [[nodiscard]] static offload_options options(std::size_t params, const adamw_options& a, offload_options base = {},
                                                bool device = false) {
+    return options(params, adamw_rule::format(a), std::move(base), device);
+  }
+  /// As above for a rule's state format.
+  [[nodiscard]] static offload_options options(std::size_t params, const state_format& a, offload_options base,
+                                               bool device = false) {
     base.prefetch_depth = 4;
     base.write_behind_depth = 4;
     const std::uint64_t budget = base.host_memory_budget;
@@ -139,7 +170,7 @@ struct strata_preset {
       offload_options bare = o;
       bare.host_cache_bytes = 0;
       bare.cache_subgroups.reset();
-      const auto layout = offload_layout::of(params, a, bare);
+      const auto layout = offload_layout::of_format(params, a, bare);
       const std::uint64_t pipeline = layout.required_host_memory(bare, device);
       if (budget == unlimited_capacity || budget < pipeline) return false;
       const std::uint64_t left = budget - pipeline, slot = layout.slot_footprint();

@@ -22,6 +22,11 @@
 
 #if STRATA_HAS_CUDA && defined(__CUDACC__)
 #include "strata/exec/cuda_executor.cuh"
+// Every shipped rule's kernel, so that an optimizer of any of them compiles to the same code in
+// every CUDA translation unit (one that included fewer would update those rules on the host).
+#include "strata/optim/adamw_cuda.cuh"
+#include "strata/optim/lion_cuda.cuh"
+#include "strata/optim/sgd_cuda.cuh"
 #endif
 
 namespace strata {

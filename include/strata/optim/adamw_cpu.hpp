@@ -189,6 +189,10 @@ adamw_step_report adamw_step_cpu(std::span<const adamw_group<G, H>> groups, cons
 #define STRATA_ADAMW_TYPE_PAIRS(X) \
   X(float, bf16) X(bf16, bf16) X(fp16, fp16) X(float, fp16) X(bf16, fp16) X(fp16, bf16) \
   X(float, float) X(bf16, float) X(fp16, float)
+/// The same with two leading arguments, as X(A, B, G, H).
+#define STRATA_ADAMW_TYPE_PAIRS_WITH(X, A, B) \
+  X(A, B, float, bf16) X(A, B, bf16, bf16) X(A, B, fp16, fp16) X(A, B, float, fp16) X(A, B, bf16, fp16) \
+  X(A, B, fp16, bf16) X(A, B, float, float) X(A, B, bf16, float) X(A, B, fp16, float)
 
 #if STRATA_EXTERN_TEMPLATES
 // Compiled once, in cmake/strata_instances.cpp (see STRATA_EXTERN_TEMPLATES in core/config.hpp).

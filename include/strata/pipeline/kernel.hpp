@@ -19,10 +19,17 @@
 /// out; the pipeline copies the state.) The pipeline holds its kernel as a `kernel_ref`: a
 /// reference to the caller's object and one table of functions per kernel type, so that its
 /// machinery is compiled once per executor rather than once per kernel (a call per subgroup
-/// costs nothing).
+/// costs nothing). `any_kernel` owns one (core/erased.hpp: the erasure pair every concept has).
 
+#include <concepts>
 #include <cstddef>
+#include <memory>
 #include <span>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "strata/core/erased.hpp"
 
 namespace strata {
 
@@ -42,41 +49,27 @@ concept device_kernel =
       k.device_out(s, dev, e.d2h());
     };
 
-/// A non-owning reference to a host_kernel (and its device half, when it has one) for executor
-/// `Exec`: the kernel must outlive it. Copyable; two pointers.
+namespace detail {
+
+/// The table of a kernel for executor Exec (core/erased.hpp); the device entries are null for a
+/// kernel that only updates on the host.
 template <class Exec>
-class kernel_ref {
+struct kernel_table {
   using stream_t = typename Exec::stream_type;
-
- public:
-  template <host_kernel K>
-  explicit kernel_ref(K& k) noexcept : self_(&k), table_(&table_of<K>) {}
-
-  void host(std::size_t s, std::span<std::byte> slot) const { table_->host(self_, s, slot); }
-  void committed(std::size_t s) const { table_->committed(self_, s); }
-  /// Whether the kernel can update on the device (device_kernel<K, Exec>).
-  [[nodiscard]] bool has_device() const noexcept { return table_->device_update != nullptr; }
-  void device_in(std::size_t s, std::span<std::byte> slot, std::span<std::byte> dev, stream_t& h2d) const {
-    table_->device_in(self_, s, slot, dev, h2d);
-  }
-  void device_update(std::size_t s, std::span<std::byte> dev, Exec& e) const { table_->device_update(self_, s, dev, e); }
-  void device_out(std::size_t s, std::span<std::byte> dev, stream_t& d2h) const {
-    table_->device_out(self_, s, dev, d2h);
-  }
-
- private:
-  struct table {
-    void (*host)(void*, std::size_t, std::span<std::byte>);
-    void (*committed)(void*, std::size_t);
-    void (*device_in)(void*, std::size_t, std::span<std::byte>, std::span<std::byte>, stream_t&);
-    void (*device_update)(void*, std::size_t, std::span<std::byte>, Exec&);
-    void (*device_out)(void*, std::size_t, std::span<std::byte>, stream_t&);
-  };
+  static constexpr std::string_view concept_name = "kernel";
+  erased_ops ops_;
+  void (*host)(void*, std::size_t, std::span<std::byte>);
+  void (*committed)(void*, std::size_t);
+  void (*device_in)(void*, std::size_t, std::span<std::byte>, std::span<std::byte>, stream_t&);
+  void (*device_update)(void*, std::size_t, std::span<std::byte>, Exec&);
+  void (*device_out)(void*, std::size_t, std::span<std::byte>, stream_t&);
+  [[nodiscard]] const erased_ops& ops() const noexcept { return ops_; }
 
   template <class K>
-  static constexpr table table_of = [] {
-    table t{[](void* p, std::size_t s, std::span<std::byte> slot) { static_cast<K*>(p)->host(s, slot); },
-            [](void* p, std::size_t s) { static_cast<K*>(p)->committed(s); }, nullptr, nullptr, nullptr};
+  static constexpr kernel_table of() {
+    kernel_table t{erased_ops_of<K>,
+                   [](void* p, std::size_t s, std::span<std::byte> slot) { static_cast<K*>(p)->host(s, slot); },
+                   [](void* p, std::size_t s) { static_cast<K*>(p)->committed(s); }, nullptr, nullptr, nullptr};
     if constexpr (device_kernel<K, Exec>) {
       t.device_in = [](void* p, std::size_t s, std::span<std::byte> slot, std::span<std::byte> dev, stream_t& st) {
         static_cast<K*>(p)->device_in(s, slot, dev, st);
@@ -89,10 +82,83 @@ class kernel_ref {
       };
     }
     return t;
-  }();
+  }
+};
+template <class K, class Exec>
+inline constexpr kernel_table<Exec> kernel_table_of = kernel_table<Exec>::template of<K>();
 
-  void* self_;
-  const table* table_;
+/// A kernel's members, written once for kernel_ref and any_kernel.
+template <class D, class Exec>
+class kernel_calls {
+  using stream_t = typename Exec::stream_type;
+
+ public:
+  void host(std::size_t s, std::span<std::byte> slot) const { t().host(self(), s, slot); }
+  void committed(std::size_t s) const { t().committed(self(), s); }
+  /// Whether the kernel can update on the device (device_kernel<K, Exec>).
+  [[nodiscard]] bool has_device() const noexcept { return t().device_update != nullptr; }
+  void device_in(std::size_t s, std::span<std::byte> slot, std::span<std::byte> dev, stream_t& h2d) const {
+    t().device_in(self(), s, slot, dev, h2d);
+  }
+  void device_update(std::size_t s, std::span<std::byte> dev, Exec& e) const { t().device_update(self(), s, dev, e); }
+  void device_out(std::size_t s, std::span<std::byte> dev, stream_t& d2h) const { t().device_out(self(), s, dev, d2h); }
+
+ private:
+  [[nodiscard]] void* self() const { return static_cast<const D*>(this)->erased_self(); }
+  [[nodiscard]] const kernel_table<Exec>& t() const noexcept { return static_cast<const D*>(this)->erased_table(); }
+};
+
+}  // namespace detail
+
+template <class Exec>
+class any_kernel;
+
+/// A non-owning reference to a host_kernel (and its device half, when it has one) for executor
+/// `Exec`: the kernel must outlive it. Copyable; two pointers.
+template <class Exec>
+class kernel_ref : public detail::kernel_calls<kernel_ref<Exec>, Exec> {
+ public:
+  template <host_kernel K>
+    requires(!std::same_as<K, kernel_ref> && !std::same_as<K, any_kernel<Exec>>)
+  explicit kernel_ref(K& k) noexcept : ref_(&k, detail::kernel_table_of<K, Exec>) {}
+  kernel_ref(void* self, const detail::kernel_table<Exec>& t) noexcept : ref_(self, t) {}
+  /// The kernel if it is a K, else null.
+  template <class K>
+  [[nodiscard]] K* target() const noexcept {
+    return ref_.template target<K>();
+  }
+
+ private:
+  friend class detail::kernel_calls<kernel_ref, Exec>;
+  [[nodiscard]] void* erased_self() const noexcept { return ref_.self(); }
+  [[nodiscard]] const detail::kernel_table<Exec>& erased_table() const noexcept { return ref_.table(); }
+  detail::erased_ref<detail::kernel_table<Exec>> ref_;
+};
+
+/// An owning, move-only kernel for executor `Exec` (core/erased.hpp), for a pipeline whose
+/// kernel is chosen at run time and kept with it.
+template <class Exec>
+class any_kernel : public detail::kernel_calls<any_kernel<Exec>, Exec> {
+ public:
+  /// Owns `k` (any host_kernel but an any_kernel).
+  template <host_kernel K>
+    requires(!std::same_as<std::remove_cvref_t<K>, any_kernel>)
+  explicit any_kernel(K k) : box_(std::make_unique<K>(std::move(k)), detail::kernel_table_of<K, Exec>) {}
+  any_kernel(any_kernel&&) noexcept = default;
+  any_kernel& operator=(any_kernel&&) noexcept = default;
+  /// The kernel if it is a K, else null.
+  template <class K>
+  [[nodiscard]] K* target() const noexcept {
+    return box_.template target<K>();
+  }
+  /// A reference to the kernel held (what a pipeline's pass takes).
+  [[nodiscard]] kernel_ref<Exec> ref() const { return {box_.self(), box_.table()}; }
+
+ private:
+  friend class detail::kernel_calls<any_kernel, Exec>;
+  [[nodiscard]] void* erased_self() const { return box_.self(); }
+  [[nodiscard]] const detail::kernel_table<Exec>& erased_table() const noexcept { return box_.table(); }
+  detail::erased_box<detail::kernel_table<Exec>> box_;
 };
 
 }  // namespace strata

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "strata/core/error.hpp"
+#include "strata/core/erased.hpp"
 #include "strata/core/expects.hpp"
 
 namespace strata {
@@ -108,35 +109,68 @@ class custom_order {
 };
 static_assert(update_order<custom_order>);
 
-/// Any update order, chosen at run time: shares one immutable copy of the order it was made from
-/// (orders are const: the same step always gives the same order), so copies are cheap. One
-/// virtual call per step. Empty when default-constructed.
+namespace detail {
+/// The table of an update order (core/erased.hpp).
+struct update_order_table {
+  static constexpr std::string_view concept_name = "update order";
+  erased_ops ops_;
+  void (*order)(const void*, std::uint64_t, std::span<std::size_t>);
+  [[nodiscard]] const erased_ops& ops() const noexcept { return ops_; }
+  template <class O>
+  static constexpr update_order_table of() {
+    return {erased_ops_of<O>, [](const void* p, std::uint64_t step, std::span<std::size_t> out) {
+              static_cast<const O*>(p)->order(step, out);
+            }};
+  }
+};
+template <class O>
+inline constexpr update_order_table update_order_table_of = update_order_table::of<O>();
+}  // namespace detail
+
+class any_update_order;
+
+/// A non-owning reference to an update order, which must outlive it (core/erased.hpp). Copyable.
+class update_order_ref {
+ public:
+  template <update_order O>
+    requires(!std::same_as<O, update_order_ref> && !std::same_as<O, any_update_order>)
+  update_order_ref(const O& o) noexcept  // NOLINT(google-explicit-constructor): a reference to an order is one
+      : ref_(const_cast<O*>(&o), detail::update_order_table_of<O>) {}
+  update_order_ref(const void* self, const detail::update_order_table& t) noexcept : ref_(const_cast<void*>(self), t) {}
+
+  void order(std::uint64_t step, std::span<std::size_t> out) const { ref_.table().order(ref_.self(), step, out); }
+  /// The order if it is an O, else null.
+  template <update_order O>
+  [[nodiscard]] const O* target() const noexcept {
+    return ref_.template target<O>();
+  }
+
+ private:
+  detail::erased_ref<detail::update_order_table> ref_;
+};
+static_assert(update_order<update_order_ref>);
+
+/// Any update order, chosen at run time and owned (core/erased.hpp): move-only, never empty once
+/// made. One call through a table per step.
 class any_update_order {
  public:
-  any_update_order() noexcept = default;
   template <update_order O>
     requires(!std::same_as<std::remove_cvref_t<O>, any_update_order>)
   any_update_order(O o)  // NOLINT(google-explicit-constructor): an order is one
-      : impl_(std::make_shared<const model<O>>(std::move(o))) {}
+      : box_(std::make_unique<O>(std::move(o)), detail::update_order_table_of<O>) {}
+  any_update_order(any_update_order&&) noexcept = default;
+  any_update_order& operator=(any_update_order&&) noexcept = default;
 
-  void order(std::uint64_t step, std::span<std::size_t> out) const {
-    STRATA_EXPECTS(impl_ != nullptr, config_error, "any_update_order: no order was given");
-    impl_->order(step, out);
+  void order(std::uint64_t step, std::span<std::size_t> out) const { box_.table().order(box_.self(), step, out); }
+  /// The order if it is an O, else null.
+  template <update_order O>
+  [[nodiscard]] const O* target() const noexcept {
+    return box_.template target<O>();
   }
-  [[nodiscard]] bool empty() const noexcept { return impl_ == nullptr; }
+  operator update_order_ref() const { return {box_.self(), box_.table()}; }  // NOLINT(google-explicit-constructor)
 
  private:
-  struct iface {
-    virtual ~iface() = default;
-    virtual void order(std::uint64_t, std::span<std::size_t>) const = 0;
-  };
-  template <class O>
-  struct model final : iface {
-    explicit model(O o) : value(std::move(o)) {}
-    void order(std::uint64_t step, std::span<std::size_t> out) const override { value.order(step, out); }
-    O value;
-  };
-  std::shared_ptr<const iface> impl_;
+  detail::erased_box<detail::update_order_table> box_;
 };
 static_assert(update_order<any_update_order>);
 

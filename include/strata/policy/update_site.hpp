@@ -4,7 +4,8 @@
 /// updates it there and it is copied back (Deep Optimizer States runs every other subgroup on the
 /// GPU so that the CPU and the GPU work at once). A site is asked per subgroup, with the
 /// subgroup's position in the step's order, so fixed patterns are easy to express; a cost model
-/// can be one too. any_update_site holds any of them (what the subgroup pipeline takes).
+/// can be one too. any_update_site owns any of them (what the subgroup pipeline takes),
+/// update_site_ref refers to one (core/erased.hpp).
 
 #include <cmath>
 #include <concepts>
@@ -17,6 +18,7 @@
 #include <utility>
 
 #include "strata/core/error.hpp"
+#include "strata/core/erased.hpp"
 #include "strata/core/expects.hpp"
 
 namespace strata {
@@ -90,47 +92,78 @@ struct fraction_site {
 };
 static_assert(update_site<fraction_site>);
 
-/// Any update site, chosen at run time: it shares one copy of the site it was made from (sites
-/// are asked through const members; a cost_model_site's copies share their model anyway), so
-/// copies are cheap. One virtual call per subgroup. Default: always_host.
+namespace detail {
+/// The table of an update site (core/erased.hpp).
+struct update_site_table {
+  static constexpr std::string_view concept_name = "update site";
+  erased_ops ops_;
+  site_kind (*site)(const void*, std::size_t, std::size_t, std::uint64_t);
+  bool (*uses_device)(const void*);
+  [[nodiscard]] const erased_ops& ops() const noexcept { return ops_; }
+  template <class S>
+  static constexpr update_site_table of() {
+    return {erased_ops_of<S>,
+            [](const void* p, std::size_t position, std::size_t subgroup, std::uint64_t step) {
+              return static_cast<const S*>(p)->site(position, subgroup, step);
+            },
+            [](const void* p) { return static_cast<bool>(static_cast<const S*>(p)->uses_device()); }};
+  }
+};
+template <class S>
+inline constexpr update_site_table update_site_table_of = update_site_table::of<S>();
+}  // namespace detail
+
+class any_update_site;
+
+/// A non-owning reference to an update site, which must outlive it (core/erased.hpp). Copyable.
+class update_site_ref {
+ public:
+  template <update_site S>
+    requires(!std::same_as<S, update_site_ref> && !std::same_as<S, any_update_site>)
+  update_site_ref(const S& s) noexcept  // NOLINT(google-explicit-constructor): a reference to a site is one
+      : ref_(const_cast<S*>(&s), detail::update_site_table_of<S>) {}
+  update_site_ref(const void* self, const detail::update_site_table& t) noexcept : ref_(const_cast<void*>(self), t) {}
+
+  [[nodiscard]] site_kind site(std::size_t position, std::size_t subgroup, std::uint64_t step) const {
+    return ref_.table().site(ref_.self(), position, subgroup, step);
+  }
+  [[nodiscard]] bool uses_device() const { return ref_.table().uses_device(ref_.self()); }
+  /// The site if it is an S, else null.
+  template <update_site S>
+  [[nodiscard]] const S* target() const noexcept {
+    return ref_.template target<S>();
+  }
+
+ private:
+  detail::erased_ref<detail::update_site_table> ref_;
+};
+static_assert(update_site<update_site_ref>);
+
+/// Any update site, chosen at run time and owned (core/erased.hpp): move-only, never empty once
+/// made. Default: always_host. One call through a table per subgroup.
 class any_update_site {
  public:
   any_update_site() : any_update_site(always_host{}) {}
   template <update_site S>
     requires(!std::same_as<std::remove_cvref_t<S>, any_update_site>)
   any_update_site(S s)  // NOLINT(google-explicit-constructor): a site is one
-      : impl_(std::make_shared<const model<S>>(std::move(s))) {}
+      : box_(std::make_unique<S>(std::move(s)), detail::update_site_table_of<S>) {}
+  any_update_site(any_update_site&&) noexcept = default;
+  any_update_site& operator=(any_update_site&&) noexcept = default;
 
   [[nodiscard]] site_kind site(std::size_t position, std::size_t subgroup, std::uint64_t step) const {
-    return impl_->site(position, subgroup, step);
+    return box_.table().site(box_.self(), position, subgroup, step);
   }
-  [[nodiscard]] bool uses_device() const { return impl_->uses_device(); }
+  [[nodiscard]] bool uses_device() const { return box_.table().uses_device(box_.self()); }
   /// The site if it is an S, else null.
   template <update_site S>
   [[nodiscard]] const S* target() const noexcept {
-    return static_cast<const S*>(impl_->target(typeid(S)));
+    return box_.template target<S>();
   }
+  operator update_site_ref() const { return {box_.self(), box_.table()}; }  // NOLINT(google-explicit-constructor)
 
  private:
-  struct iface {
-    virtual ~iface() = default;
-    [[nodiscard]] virtual site_kind site(std::size_t, std::size_t, std::uint64_t) const = 0;
-    [[nodiscard]] virtual bool uses_device() const = 0;
-    [[nodiscard]] virtual const void* target(const std::type_info&) const noexcept = 0;
-  };
-  template <class S>
-  struct model final : iface {
-    explicit model(S s) : value(std::move(s)) {}
-    [[nodiscard]] site_kind site(std::size_t p, std::size_t s, std::uint64_t step) const override {
-      return value.site(p, s, step);
-    }
-    [[nodiscard]] bool uses_device() const override { return value.uses_device(); }
-    [[nodiscard]] const void* target(const std::type_info& ti) const noexcept override {
-      return ti == typeid(S) ? static_cast<const void*>(&value) : nullptr;
-    }
-    S value;
-  };
-  std::shared_ptr<const iface> impl_;
+  detail::erased_box<detail::update_site_table> box_;
 };
 static_assert(update_site<any_update_site>);
 

@@ -1169,15 +1169,28 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
 }  // namespace strata::detail
 
 #if STRATA_EXTERN_TEMPLATES
-// The step of an optimizer on host_executor<> is compiled once, in cmake/strata_instances.cpp
-// (see STRATA_EXTERN_TEMPLATES in core/config.hpp), not in every translation unit that steps one.
+// The step of an optimizer on host_executor<> is compiled once per shipped rule, in
+// cmake/strata_instances.cpp (see STRATA_EXTERN_TEMPLATES in core/config.hpp), not in every
+// translation unit that steps one.
+#include "strata/optim/adamw_bf16_rule.hpp"
+#include "strata/optim/lion_rule.hpp"
+#include "strata/optim/sgd_rule.hpp"
+// The core of each shipped rule on host_executor<> and its steps of every type pair, declared
+// (EXTERN = extern) or defined (EXTERN empty, in cmake/strata_instances.cpp).
+#define STRATA_OFFLOAD_RUN_STEP_OF(EXTERN, R, G, H)                                                         \
+  EXTERN template offload_step_stats offload_core<host_executor<>, R>::run_step<G, H>(                      \
+      const step_rates&, model_copy<H>, offload_core<host_executor<>, R>::piece_source<G, H>,               \
+      const grad_norm_accumulator&, const gradient_coverage*, const step_options&);
+#define STRATA_OFFLOAD_INSTANCES(EXTERN)                                                                     \
+  EXTERN template class offload_core<host_executor<>, adamw_rule>;                                          \
+  EXTERN template class offload_core<host_executor<>, adamw_bf16_rule>;                                     \
+  EXTERN template class offload_core<host_executor<>, sgd_rule>;                                            \
+  EXTERN template class offload_core<host_executor<>, lion_rule>;                                           \
+  STRATA_ADAMW_TYPE_PAIRS_WITH(STRATA_OFFLOAD_RUN_STEP_OF, EXTERN, adamw_rule)                              \
+  STRATA_ADAMW_TYPE_PAIRS_WITH(STRATA_OFFLOAD_RUN_STEP_OF, EXTERN, adamw_bf16_rule)                         \
+  STRATA_ADAMW_TYPE_PAIRS_WITH(STRATA_OFFLOAD_RUN_STEP_OF, EXTERN, sgd_rule)                                \
+  STRATA_ADAMW_TYPE_PAIRS_WITH(STRATA_OFFLOAD_RUN_STEP_OF, EXTERN, lion_rule)
 namespace strata::detail {
-extern template class offload_core<host_executor<>>;
-#define STRATA_OFFLOAD_RUN_STEP(G, H)                                                                 \
-  extern template offload_step_stats offload_core<host_executor<>>::run_step<G, H>(                   \
-      const step_rates&, model_copy<H>, offload_core<host_executor<>>::piece_source<G, H>, const grad_norm_accumulator&, \
-      const gradient_coverage*, const step_options&);
-STRATA_ADAMW_TYPE_PAIRS(STRATA_OFFLOAD_RUN_STEP)
-#undef STRATA_OFFLOAD_RUN_STEP
+STRATA_OFFLOAD_INSTANCES(extern)
 }  // namespace strata::detail
 #endif
