@@ -20,18 +20,19 @@ try:
 except ImportError as e:
     raise ImportError("strata.hf needs transformers: pip install transformers") from e
 
-from .torch import OffloadedAdamW
+from .torch import _Offloaded
 
 __all__ = ["SaveShards"]
 
 
 def _unwrap(opt):
-    """The OffloadedAdamW inside accelerate's and Trainer's wrappers, or None."""
+    """The strata optimizer (OffloadedAdamW, OffloadedSGD, OffloadedLion) inside accelerate's and
+    Trainer's wrappers, or None."""
     seen = 0
-    while opt is not None and not isinstance(opt, OffloadedAdamW) and seen < 8:
+    while opt is not None and not isinstance(opt, _Offloaded) and seen < 8:
         opt = getattr(opt, "optimizer", None)
         seen += 1
-    return opt if isinstance(opt, OffloadedAdamW) else None
+    return opt if isinstance(opt, _Offloaded) else None
 
 
 class SaveShards(TrainerCallback):

@@ -1,4 +1,5 @@
-"""strata.torch.OffloadedAdamW: torch.optim.AdamW whose state lives on strata's tiers.
+"""strata.torch.OffloadedAdamW: torch.optim.AdamW whose state lives on strata's tiers (and
+OffloadedSGD, OffloadedLion: torch.optim.SGD and Lion the same way).
 
 The fp32 master weights and both moments (and the running maximum with amsgrad) of every
 parameter live in files under ``paths`` (NVMe, a parallel file system, an S3 bucket) behind a
@@ -49,12 +50,9 @@ except ImportError as e:  # the native strata.Optimizer works without torch
 from . import _core, _handover, _retention
 from ._core import ConfigError
 
-__all__ = ["OffloadedAdamW"]
+__all__ = ["OffloadedAdamW", "OffloadedSGD", "OffloadedLion"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# Hyper-parameters fixed per segment at its creation; a scheduler changing them is an error.
-_FIXED = ("betas", "eps", "amsgrad", "maximize")
-_STATE_BYTES = 12  # fp32 master, m and v per parameter (16 with amsgrad)
 _PIPELINE_SLOTS = 10  # room for the deepest preset's pipeline (strata: prefetch 4, write-behind 4, 1 updating)
 _MAX_SUBGROUP = 1 << 24
 _MIN_SUBGROUP = 1 << 12
@@ -390,83 +388,157 @@ def _check_hyper(group: dict, gi: int) -> None:
     for k, b in enumerate(betas):
         _hyper_number(b, f"betas[{k}]", whose, 0.0, 1.0)
 
-class OffloadedAdamW(torch.optim.Optimizer):
-    """AdamW with its state offloaded to ``paths`` (see the module's doc).
+class _Rule:
+    """What the front needs of an update rule: the group keys fixed per segment at its creation (a
+    scheduler changing one is an error), the native rule and options, and its state arrays in
+    torch's format. Subclasses: one per optimizer class."""
 
-    Args:
-        params: parameters or param groups, as for torch.optim.AdamW: any floating dtype of
-            float32, bfloat16 and float16, on the CPU or CUDA, frozen or not, DTensor shards.
-        lr, betas, eps, weight_decay, amsgrad, maximize: as torch.optim.AdamW, per group.
-            Schedulers may change each group's lr and weight_decay; betas, eps, amsgrad and
-            maximize are fixed for a parameter once it has state.
-        paths: directories for the state (str, os.PathLike, ``s3://bucket/prefix``, None for host
-            memory, or a dict with ``directory`` or ``url``, ``name``, ``read_cap``, ``write_cap``,
-            ``read_bandwidth``, ``write_bandwidth``). ``{rank}`` and ``{local_rank}`` in a path
-            are replaced under torch.distributed. The ``strata`` preset spreads each subgroup's
-            state over them in proportion to their bandwidth.
-        host_memory_budget: host memory strata may use for its pipeline and cache, in bytes
-            (default: from the model: a quarter of what torch's AdamW would hold in memory, at
-            most 4 GiB, at least what the pipeline needs).
-        cache: bytes of that budget that keep subgroups between steps (default: what the
-            pipeline leaves).
-        subgroup_size: parameters per subgroup, the unit of transfer and caching (default: from
-            the model and the budget).
-        threads: CPU threads of the update (default: strata's, the usable cores).
-        preset: "strata", "mlp_offload" (two paths: NVMe, PFS) or "zero_infinity" (one path).
-        max_grad_norm: clip the gradients to this global L2 norm inside the update.
-        loss_scaling: dynamic loss scaling (True, or a dict of init_scale, growth_factor,
-            backoff_factor, growth_interval): multiply the loss by ``loss_scale`` before backward.
-        integrity: verify every byte read back against a checksum (IntegrityError on damage).
-        handover: "auto" (gradients copied during backward where that overlaps work, on a GPU
-            outside torch.distributed, and used only when provably unchanged), "step" (read at
-            step()) or "backward" (copied during backward on any device, checked as in auto).
-        checkpoint_dir: where state_dict() writes strata checkpoints (default
-            ``<first path>/strata-checkpoints``; one directory per step).
-        keep_checkpoints: how many of its checkpoints state_dict() keeps (older ones it made are
-            removed; 0 keeps all).
-        object_prefix: prefix of the state files, so that several optimizers share directories.
-        process_group, shard: under torch.distributed, the group whose ranks shard the state
-            (default: the world), and whether to shard it (default: yes, unless the parameters
-            are DTensors, which FSDP shards already).
-        options: further strata options (prefetch_depth, write_behind_depth, gradients="tier" or
-            "automatic", stripe_paths, node_limiter_permits, node_limiter_name).
-    """
+    fixed: tuple = ()
+    torch_name = ""
 
-    def __init__(
+    def hyper_of(self, group: dict, owner: Any) -> dict:
+        return {k: (tuple(float(b) for b in group[k]) if k == "betas" else group[k]) for k in self.fixed}
+
+    def tag(self, hyper: dict) -> str:
+        raise NotImplementedError
+
+    def options(self, hyper: dict) -> dict:
+        raise NotImplementedError
+
+    def arrays(self, hyper: dict) -> list:
+        """[(name, bytes per element, non-negative)] of the state besides the fp32 master."""
+        raise NotImplementedError
+
+    def state_bytes(self, hyper: dict) -> int:
+        return 4 + sum(b for _, b, _ in self.arrays(hyper))
+
+    def torch_entry(self, arrays: dict, taken: float, hyper: dict) -> dict:
+        """A stepped parameter's state in the torch optimizer's format."""
+        return dict(arrays)
+
+    def from_torch(self, s: dict, name: str) -> Optional[torch.Tensor]:
+        """An array of a torch-format entry (None: none kept yet, zeros)."""
+        return s.get(name)
+
+    def taken(self, s: dict) -> int:
+        """Steps a torch-format entry has taken."""
+        st = s.get("step", 0)
+        return int(st.item() if isinstance(st, torch.Tensor) else st)
+
+
+class _AdamWRule(_Rule):
+    fixed = ("betas", "eps", "amsgrad", "maximize", "state_dtype")
+    torch_name = "torch.optim.AdamW"
+
+    def hyper_of(self, group: dict, owner: Any) -> dict:
+        h = super().hyper_of(dict(group, state_dtype=owner._state_dtype), owner)
+        h["eps"] = float(h["eps"])
+        h["amsgrad"] = bool(h["amsgrad"])
+        h["maximize"] = bool(h["maximize"])
+        return h
+
+    def tag(self, hyper: dict) -> str:
+        return "adamw-bf16" if hyper.get("state_dtype", "fp32") == "bf16" else "adamw"
+
+    def options(self, hyper: dict) -> dict:
+        return dict(beta1=hyper["betas"][0], beta2=hyper["betas"][1], eps=hyper["eps"], amsgrad=hyper["amsgrad"],
+                    maximize=hyper["maximize"])
+
+    def arrays(self, hyper: dict) -> list:
+        b = 2 if hyper.get("state_dtype", "fp32") == "bf16" else 4
+        return [("exp_avg", b, False), ("exp_avg_sq", b, True)] + \
+            ([("max_exp_avg_sq", b, True)] if hyper["amsgrad"] else [])
+
+    def torch_entry(self, arrays: dict, taken: float, hyper: dict) -> dict:
+        return dict({"step": torch.tensor(taken)}, **arrays)
+
+
+class _SGDRule(_Rule):
+    fixed = ("momentum", "dampening", "nesterov", "maximize")
+    torch_name = "torch.optim.SGD"
+
+    def hyper_of(self, group: dict, owner: Any) -> dict:
+        h = super().hyper_of(group, owner)
+        return dict(momentum=float(h["momentum"]), dampening=float(h["dampening"]), nesterov=bool(h["nesterov"]),
+                    maximize=bool(h["maximize"]))
+
+    def tag(self, hyper: dict) -> str:
+        return "sgd"
+
+    def options(self, hyper: dict) -> dict:
+        return dict(hyper)
+
+    def arrays(self, hyper: dict) -> list:
+        return [("momentum_buffer", 4, False)] if hyper["momentum"] != 0 else []
+
+    def torch_entry(self, arrays: dict, taken: float, hyper: dict) -> dict:
+        return {"momentum_buffer": arrays.get("momentum_buffer")}
+
+    def taken(self, s: dict) -> int:
+        # torch's SGD counts no steps: a parameter with a momentum buffer has taken at least one,
+        # which is all the rule asks (its first step sets the buffer to the gradient).
+        return 1 if s.get("momentum_buffer") is not None else 0
+
+
+class _LionRule(_Rule):
+    fixed = ("betas", "maximize")
+    torch_name = "lion_pytorch.Lion"
+
+    def hyper_of(self, group: dict, owner: Any) -> dict:
+        h = super().hyper_of(group, owner)
+        h["maximize"] = bool(h["maximize"])
+        return h
+
+    def tag(self, hyper: dict) -> str:
+        return "lion"
+
+    def options(self, hyper: dict) -> dict:
+        return dict(beta1=hyper["betas"][0], beta2=hyper["betas"][1], maximize=hyper["maximize"])
+
+    def arrays(self, hyper: dict) -> list:
+        return [("exp_avg", 4, False)]
+
+    def taken(self, s: dict) -> int:
+        st = s.get("step")
+        if st is None:  # lion-pytorch keeps no step count
+            return 1 if s.get("exp_avg") is not None else 0
+        return int(st.item() if isinstance(st, torch.Tensor) else st)
+
+
+class _Offloaded(torch.optim.Optimizer):
+    """The offloaded optimizer of any rule: OffloadedAdamW, OffloadedSGD and OffloadedLion are it
+    with their rule and torch's arguments."""
+
+    _rule: _Rule = _Rule()
+    _state_dtype = "fp32"
+
+    def _setup(
         self,
         params: Iterable[Any],
-        lr: float = 1e-3,
-        betas: tuple = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 1e-2,
-        amsgrad: bool = False,
+        defaults: dict,
         *,
-        maximize: bool = False,
         paths: Iterable[Any],
-        host_memory_budget: Optional[int] = None,
-        cache: Optional[int] = None,
-        subgroup_size: Optional[int] = None,
-        threads: Optional[int] = None,
-        preset: str = "strata",
-        max_grad_norm: Optional[float] = None,
-        loss_scaling: Any = None,
-        integrity: bool = True,
-        handover: str = "auto",
-        checkpoint_dir: Optional[os.PathLike] = None,
-        keep_checkpoints: int = 2,
-        object_prefix: str = "strata",
-        process_group: Any = None,
-        shard: Optional[bool] = None,
-        _force_staging: bool = False,
+        host_memory_budget: Optional[int],
+        cache: Optional[int],
+        subgroup_size: Optional[int],
+        threads: Optional[int],
+        preset: str,
+        max_grad_norm: Optional[float],
+        loss_scaling: Any,
+        integrity: bool,
+        handover: str,
+        checkpoint_dir: Optional[os.PathLike],
+        keep_checkpoints: int,
+        object_prefix: str,
+        process_group: Any,
+        shard: Optional[bool],
+        _force_staging: bool,
         **options: Any,
     ) -> None:
         if handover not in ("auto", "backward", "step"):
             raise ConfigError(f"strata.torch: handover={handover!r} (expected 'auto', 'step' or 'backward')")
         if isinstance(paths, (str, os.PathLike)) or paths is None:
             raise ConfigError("strata.torch: paths must be a list of directories (one path: [dir])")
-        if isinstance(betas, (str, bytes)) or not isinstance(betas, Iterable) or len(tuple(betas)) != 2:
-            raise ConfigError(f"strata.torch: betas must be two numbers, got {betas!r}")
-        betas = tuple(_hyper_number(b, f"betas[{k}]", "", 0.0, 1.0) for k, b in enumerate(betas))
         if int(keep_checkpoints) < 0:
             raise ConfigError(f"strata.torch: keep_checkpoints={keep_checkpoints} (0 keeps all)")
         self._handover = handover
@@ -487,8 +559,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         self._budget_total = host_memory_budget
         self._cache_total = cache
         self._subgroup = subgroup_size
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize)
-        _check_hyper(defaults, 0)
+        self._check_group(defaults, 0)
         self._building = True
         super().__init__(params, defaults)
         self._building = False
@@ -534,6 +605,13 @@ class OffloadedAdamW(torch.optim.Optimizer):
         self._join(members)
         if self._hooks_wanted():
             self._register_hooks(all_params)
+
+    def _check_group(self, group: dict, gi: int) -> None:
+        """A param group's hyper-parameters are numbers in torch's ranges (ConfigError otherwise)."""
+        whose = f"group {gi}'s "
+        _hyper_number(group["lr"], "lr", whose, 0.0)
+        _hyper_number(group["weight_decay"], "weight_decay", whose, 0.0)
+
 
     # --- construction -------------------------------------------------------------------------
 
@@ -586,7 +664,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
             seen.add(id(p))
         super().add_param_group(param_group)
         try:
-            _check_hyper(self.param_groups[-1], gi)
+            self._check_group(self.param_groups[-1], gi)
         except ConfigError:
             self.param_groups.pop()
             raise
@@ -624,9 +702,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         raise ConfigError(f"strata.torch: {self._where(p)} is in no param group")
 
     def _hyper_of(self, gi: int) -> dict:
-        g = self.param_groups[gi]
-        return dict(betas=tuple(float(b) for b in g["betas"]), eps=float(g["eps"]), amsgrad=bool(g["amsgrad"]),
-                    maximize=bool(g["maximize"]))
+        return self._rule.hyper_of(self.param_groups[gi], self)
 
     def _member_ids(self) -> set:
         return {id(p) for s in self._segments for p in s.params}
@@ -683,7 +759,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
     @staticmethod
     def _pipeline_bytes(seg: _Segment) -> int:
         n = max(1, seg.share_numel)
-        slot = -(-min(seg.subgroup, n) * (_STATE_BYTES + (4 if seg.hyper["amsgrad"] else 0)) // 4096) * 4096
+        slot = -(-min(seg.subgroup, n) * seg.owner()._rule.state_bytes(seg.hyper) // 4096) * 4096
         return _PIPELINE_SLOTS * slot + (1 << 16)
 
     def _configure(self, seg: _Segment, subgroup: Optional[int] = None) -> None:
@@ -705,15 +781,14 @@ class OffloadedAdamW(torch.optim.Optimizer):
     def _segment_options(self, seg: _Segment) -> dict:
         o = dict(self._options)
         h = seg.hyper
-        o.update(lr=float(self.defaults["lr"]), beta1=h["betas"][0], beta2=h["betas"][1], eps=h["eps"],
-                 weight_decay=float(self.defaults["weight_decay"]), amsgrad=h["amsgrad"], maximize=h["maximize"],
-                 subgroup_size=seg.subgroup, object_prefix=seg.prefix)
+        o.update(self._rule.options(h), rule=self._rule.tag(h), lr=float(self.defaults["lr"]),
+                 weight_decay=float(self.defaults["weight_decay"]), subgroup_size=seg.subgroup, object_prefix=seg.prefix)
         # The strata preset gives its cache what the pipeline leaves of the segment's budget.
         o["host_memory_budget"] = int(seg.budget)
         if self._cache_total is not None:  # whole subgroups of the user's cache, which the preset keeps
             n = max(1, seg.share_numel)
             sizes = sum(max(1, x.share_numel) for x in self._segments) + (0 if seg in self._segments else n)
-            slot = -(-min(seg.subgroup, n) * (_STATE_BYTES + (4 if h["amsgrad"] else 0)) // 4096) * 4096
+            slot = -(-min(seg.subgroup, n) * self._rule.state_bytes(h) // 4096) * 4096
             o["cache_subgroups"] = int(self._cache_total) * n // sizes // slot
         return o
 
@@ -726,8 +801,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
         if states is None:
             seg.core = _core.Optimizer.create(weights, **opts)
         else:
-            m, v, vmax, step, runs = self._segment_state(seg, states)
-            seg.core = _core.Optimizer.create(weights, m, v, vmax, step, runs, **opts)
+            arrays, step, runs = self._segment_state(seg, states)
+            seg.core = _core.Optimizer.create(weights, step=step, step_runs=runs, state=arrays, **opts)
         if self._scaling and states is None:  # (a checkpoint brings its own)
             seg.core.restore_loss_scale(*self._scale_state)
 
@@ -850,14 +925,15 @@ class OffloadedAdamW(torch.optim.Optimizer):
     # --- the step -----------------------------------------------------------------------------
 
     def _check_fixed(self) -> None:
-        """A group's betas, eps, amsgrad and maximize must stay what its parameters' state has."""
+        """A group's fixed hyper-parameters (AdamW's betas, eps, amsgrad and maximize; SGD's momentum,
+        dampening, nesterov and maximize; Lion's betas) must stay what its parameters' state has."""
         for seg in self._segments:
             for p, gi in zip(seg.params, seg.group_of):
                 now = self._hyper_of(gi)
                 if now != seg.hyper:
-                    key = next(k for k in _FIXED if now[k] != seg.hyper[k])
+                    key = next(k for k in self._rule.fixed if now[k] != seg.hyper[k])
                     raise ConfigError(
-                        f"strata.torch: group {gi}'s {key} is now {self.param_groups[gi][key]!r}, but its parameters' "
+                        f"strata.torch: group {gi}'s {key} is now {self.param_groups[gi].get(key)!r}, but its parameters' "
                         f"state was made with {seg.hyper[key]!r} (a scheduler cycling momentum, e.g. OneCycleLR or "
                         f"CyclicLR, needs cycle_momentum=False)")
 
@@ -1114,7 +1190,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
         # No collective here: HF Trainer asks rank 0 alone (every rank's steps_taken is the same).
         fresh = self._steps_taken == 0 and all(c.step_count == 0 for c in self._cores())
         segments = [dict(index=s.index, params=[index[id(p)] for p in s.params], numel=s.numel, dtype=str(s.dtype),
-                         subgroup_size=s.subgroup, hyper=dict(s.hyper, betas=list(s.hyper["betas"])),
+                         subgroup_size=s.subgroup, rule=self._rule.tag(s.hyper),
+                         hyper={k: list(v) if isinstance(v, tuple) else v for k, v in s.hyper.items()},
                          step_count=None if s.core is None else s.core.step_count)
                     for s in self._segments]
         info = {"format": 2, "steps_taken": self._steps_taken, "checkpoint": None, "object_prefix": self._prefix,
@@ -1204,30 +1281,28 @@ class OffloadedAdamW(torch.optim.Optimizer):
         return name.startswith(head) and name[len(head):].isdigit()
 
     def torch_state_dict(self) -> dict:
-        """The state in torch.optim.AdamW's state_dict format (every moment in memory: for
-        models that fit), to continue the run with torch's AdamW or any tool that reads it. Under
-        torch.distributed with a sharded state, call it on every rank."""
+        """The state in the torch optimizer's state_dict format (torch.optim.AdamW's, SGD's, or
+        lion_pytorch.Lion's; every array in memory, in fp32: bf16 moments widened exactly), to
+        continue the run with torch's optimizer or any tool that reads it. Under torch.distributed
+        with a sharded state, call it on every rank."""
         index = self._param_index()
         state = {}
         g = self._group
         for seg in self._segments:
-            amsgrad = seg.hyper["amsgrad"]
-            m = torch.zeros(seg.numel, dtype=torch.float32)
-            v = torch.zeros(seg.numel, dtype=torch.float32)
-            vmax = torch.zeros(seg.numel, dtype=torch.float32) if amsgrad else None
+            names = [name for name, _, _ in self._rule.arrays(seg.hyper)]
+            arrays = {name: torch.zeros(seg.numel, dtype=torch.float32) for name in names}
             steps = torch.zeros(seg.numel, dtype=torch.float64)
             lo, hi = seg.share
             if seg.core is not None:
-                seg.core.read_moments(m[lo:hi], v[lo:hi])
-                if amsgrad:
-                    seg.core.read_max_exp_avg_sq(vmax[lo:hi])
+                for name, t in arrays.items():
+                    seg.core.read_state(name, t[lo:hi])
                 runs = seg.core.param_steps + [(hi - lo, None)]
                 for (a, st), (b, _) in zip(runs, runs[1:]):
                     steps[lo + a:lo + b] = st
             if g.shard:
                 dev = g.comm_device()
                 for r, (a, b) in enumerate(_shares(seg.numel, seg.subgroup, g.world)):
-                    for t in [m, v, steps] + ([vmax] if amsgrad else []):
+                    for t in [steps] + list(arrays.values()):
                         if a < b:
                             part = t[a:b].to(dev)
                             g.dist.broadcast(part, src=g.global_rank(r), group=g.group)
@@ -1240,11 +1315,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 shape = _local(p).shape
                 taken = float(steps[off].item())
                 if taken > 0:  # (torch has no state for a parameter before its first update)
-                    s = {"step": torch.tensor(taken), "exp_avg": m[off:off + k].view(shape).clone(),
-                         "exp_avg_sq": v[off:off + k].view(shape).clone()}
-                    if amsgrad:
-                        s["max_exp_avg_sq"] = vmax[off:off + k].view(shape).clone()
-                    state[index[id(p)]] = s
+                    mine = {name: t[off:off + k].view(shape).clone() for name, t in arrays.items()}
+                    state[index[id(p)]] = self._rule.torch_entry(mine, taken, seg.hyper)
         return {"state": state, "param_groups": self._groups_for_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -1339,7 +1411,15 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 if sum(_local(p).numel() for p in ps) != s["numel"]:
                     raise ConfigError(f"strata.torch: segment {s['index']} of the checkpoint does not match the "
                                       f"parameters")
-                hyper = dict(s["hyper"], betas=tuple(s["hyper"]["betas"]))
+                hyper = {k: tuple(v) if isinstance(v, list) else v for k, v in s["hyper"].items()}
+                if "state_dtype" in self._rule.fixed:  # (checkpoints from before bf16 moments)
+                    hyper.setdefault("state_dtype", "fp32")
+                saved_rule = s.get("rule", "adamw")  # (checkpoints from before other rules: AdamW's)
+                mine = self._rule.tag(dict(hyper, state_dtype=self._state_dtype))
+                if saved_rule != mine:
+                    raise ConfigError(f"strata.torch: segment {s['index']} of the checkpoint holds the state of update "
+                                      f"rule '{saved_rule}', this optimizer's is '{mine}' (no conversion on load: "
+                                      f"torch_state_dict() moves a run between them)")
                 seg = _Segment(s["index"], ps, [self._group_index(p) for p in ps], hyper, self)
                 self._configure(seg, s["subgroup_size"])
                 d = None
@@ -1386,25 +1466,26 @@ class OffloadedAdamW(torch.optim.Optimizer):
         return load
 
     def _plan_torch(self, state: dict, params: list):
-        """Checks torch.optim.AdamW's per-parameter state; returns what loads it."""
+        """Checks the torch optimizer's per-parameter state; returns what loads it."""
         by_param = {}
         for i, p in enumerate(params):
             s = state.get(i)
             if s is None:
                 continue
             k = _local(p).numel()
-            amsgrad = bool(self.param_groups[self._group_index(p)]["amsgrad"])
-            names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
-            for name in names:
-                t = s.get(name)
+            taken = self._rule.taken(s)
+            if taken == 0:
+                continue  # (SGD's entry without a momentum buffer: no state yet)
+            hyper = self._hyper_of(self._group_index(p))
+            for name, _, non_negative in self._rule.arrays(hyper):
+                t = self._rule.from_torch(s, name)
                 if t is None or t.numel() != k:
                     raise ConfigError(f"strata.torch: {self._where(p)}: state '{name}' is missing or has "
                                       f"{None if t is None else t.numel()} elements, expected {k}")
-                if not bool(torch.isfinite(t).all()) or (name != "exp_avg" and bool((t < 0).any())):
-                    raise ConfigError(f"strata.torch: {self._where(p)}: state '{name}' holds values AdamW cannot "
-                                      f"have (non-finite, or a negative second moment)")
-            st = s.get("step", 0)
-            by_param[id(p)] = dict(s, step=int(st.item() if isinstance(st, torch.Tensor) else st))
+                if not bool(torch.isfinite(t).all()) or (non_negative and bool((t < 0).any())):
+                    raise ConfigError(f"strata.torch: {self._where(p)}: state '{name}' holds values "
+                                      f"{self._rule.torch_name} cannot have (non-finite, or a negative second moment)")
+            by_param[id(p)] = dict(s, step=taken)
         members = [p for p in params if p.requires_grad or id(p) in by_param]
 
         def load() -> None:
@@ -1416,24 +1497,197 @@ class OffloadedAdamW(torch.optim.Optimizer):
         return load
 
     def _segment_state(self, seg: _Segment, states: dict):
-        """This rank's share of torch-format state: m, v, vmax, the largest step and step runs."""
+        """This rank's share of torch-format state: {name: fp32 array}, the largest step and step runs."""
         n = seg.share_numel
-        amsgrad = seg.hyper["amsgrad"]
-        m = torch.zeros(n, dtype=torch.float32)
-        v = torch.zeros(n, dtype=torch.float32)
-        vmax = torch.zeros(n, dtype=torch.float32) if amsgrad else None
+        arrays = {name: torch.zeros(n, dtype=torch.float32) for name, _, _ in self._rule.arrays(seg.hyper)}
         runs: list = []
         for i, at, a, k in seg.pieces():
             s = states.get(id(seg.params[i]))
             step = 0
             if s is not None:
-                m[at:at + k].copy_(s["exp_avg"].detach().reshape(-1)[a:a + k])
-                v[at:at + k].copy_(s["exp_avg_sq"].detach().reshape(-1)[a:a + k])
-                if amsgrad:
-                    vmax[at:at + k].copy_(s["max_exp_avg_sq"].detach().reshape(-1)[a:a + k])
+                for name, t in arrays.items():
+                    t[at:at + k].copy_(self._rule.from_torch(s, name).detach().reshape(-1)[a:a + k])
                 step = s["step"]
             if runs and runs[-1][1] == step:
                 continue
             runs.append((at, step))
         top = max((r[1] for r in runs), default=0)
-        return m, v, vmax, top, runs
+        return arrays, top, runs
+
+
+class OffloadedAdamW(_Offloaded):
+    """AdamW with its state offloaded to ``paths`` (see the module's doc).
+
+    Args:
+        params: parameters or param groups, as for torch.optim.AdamW: any floating dtype of
+            float32, bfloat16 and float16, on the CPU or CUDA, frozen or not, DTensor shards.
+        lr, betas, eps, weight_decay, amsgrad, maximize: as torch.optim.AdamW, per group.
+            Schedulers may change each group's lr and weight_decay; betas, eps, amsgrad and
+            maximize are fixed for a parameter once it has state.
+        state_dtype: "fp32" (torch's AdamW exactly) or "bf16": both moments (and their running
+            maximum) stored in bfloat16, the update computed in fp32 and each moment rounded to
+            nearest even when stored (8 bytes a parameter instead of 12: fewer bytes moved, not
+            torch's bits; torch_state_dict() gives them widened to fp32).
+        paths: directories for the state (str, os.PathLike, ``s3://bucket/prefix``, None for host
+            memory, or a dict with ``directory`` or ``url``, ``name``, ``read_cap``, ``write_cap``,
+            ``read_bandwidth``, ``write_bandwidth``). ``{rank}`` and ``{local_rank}`` in a path
+            are replaced under torch.distributed. The ``strata`` preset spreads each subgroup's
+            state over them in proportion to their bandwidth.
+        host_memory_budget: host memory strata may use for its pipeline and cache, in bytes
+            (default: from the model: a quarter of what torch's AdamW would hold in memory, at
+            most 4 GiB, at least what the pipeline needs).
+        cache: bytes of that budget that keep subgroups between steps (default: what the
+            pipeline leaves).
+        subgroup_size: parameters per subgroup, the unit of transfer and caching (default: from
+            the model and the budget).
+        threads: CPU threads of the update (default: strata's, the usable cores).
+        preset: "strata", "mlp_offload" (two paths: NVMe, PFS) or "zero_infinity" (one path).
+        max_grad_norm: clip the gradients to this global L2 norm inside the update.
+        loss_scaling: dynamic loss scaling (True, or a dict of init_scale, growth_factor,
+            backoff_factor, growth_interval): multiply the loss by ``loss_scale`` before backward.
+        integrity: verify every byte read back against a checksum (IntegrityError on damage).
+        handover: "auto" (gradients copied during backward where that overlaps work, on a GPU
+            outside torch.distributed, and used only when provably unchanged), "step" (read at
+            step()) or "backward" (copied during backward on any device, checked as in auto).
+        checkpoint_dir: where state_dict() writes strata checkpoints (default
+            ``<first path>/strata-checkpoints``; one directory per step).
+        keep_checkpoints: how many of its checkpoints state_dict() keeps (older ones it made are
+            removed; 0 keeps all).
+        object_prefix: prefix of the state files, so that several optimizers share directories.
+        process_group, shard: under torch.distributed, the group whose ranks shard the state
+            (default: the world), and whether to shard it (default: yes, unless the parameters
+            are DTensors, which FSDP shards already).
+        options: further strata options (prefetch_depth, write_behind_depth, gradients="tier" or
+            "automatic", stripe_paths, node_limiter_permits, node_limiter_name).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        state_dtype: str = "fp32",
+        paths: Iterable[Any],
+        host_memory_budget: Optional[int] = None,
+        cache: Optional[int] = None,
+        subgroup_size: Optional[int] = None,
+        threads: Optional[int] = None,
+        preset: str = "strata",
+        max_grad_norm: Optional[float] = None,
+        loss_scaling: Any = None,
+        integrity: bool = True,
+        handover: str = "auto",
+        checkpoint_dir: Optional[os.PathLike] = None,
+        keep_checkpoints: int = 2,
+        object_prefix: str = "strata",
+        process_group: Any = None,
+        shard: Optional[bool] = None,
+        _force_staging: bool = False,
+        **options: Any,
+    ) -> None:
+        if state_dtype not in ("fp32", "bf16"):
+            raise ConfigError(f"strata.torch: state_dtype={state_dtype!r} (expected 'fp32' or 'bf16'; 8-bit states "
+                              f"are not available yet)")
+        if isinstance(betas, (str, bytes)) or not isinstance(betas, Iterable) or len(tuple(betas)) != 2:
+            raise ConfigError(f"strata.torch: betas must be two numbers, got {betas!r}")
+        betas = tuple(_hyper_number(b, f"betas[{k}]", "", 0.0, 1.0) for k, b in enumerate(betas))
+        self._state_dtype = state_dtype
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize)
+        self._setup(params, defaults, paths=paths, host_memory_budget=host_memory_budget, cache=cache,
+                    subgroup_size=subgroup_size, threads=threads, preset=preset, max_grad_norm=max_grad_norm,
+                    loss_scaling=loss_scaling, integrity=integrity, handover=handover, checkpoint_dir=checkpoint_dir,
+                    keep_checkpoints=keep_checkpoints, object_prefix=object_prefix, process_group=process_group,
+                    shard=shard, _force_staging=_force_staging, **options)
+
+    _rule = _AdamWRule()
+
+    def _check_group(self, group: dict, gi: int) -> None:
+        _check_hyper(group, gi)
+
+
+class OffloadedSGD(_Offloaded):
+    """torch.optim.SGD (momentum, dampening, Nesterov, weight decay, maximize) with its state (the
+    fp32 master weights and, with momentum, the momentum buffer) offloaded to ``paths``. Every
+    other argument, guarantee and method is OffloadedAdamW's (see there and the module's doc).
+    The update is torch's arithmetic: the Python tests hold it to torch.optim.SGD's result.
+    momentum, dampening, nesterov and maximize are fixed for a parameter once it has state (a
+    scheduler cycling momentum, e.g. OneCycleLR, needs cycle_momentum=False)."""
+
+    _rule = _SGDRule()
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        paths: Iterable[Any],
+        **kwargs: Any,
+    ) -> None:
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
+                        maximize=maximize)
+        self._setup(params, defaults, paths=paths, **_front_defaults(kwargs))
+
+    def _check_group(self, group: dict, gi: int) -> None:
+        super()._check_group(group, gi)
+        whose = f"group {gi}'s "
+        momentum = _hyper_number(group["momentum"], "momentum", whose, 0.0)
+        dampening = _hyper_number(group["dampening"], "dampening", whose, float("-inf"))
+        if group["nesterov"] and (momentum <= 0 or dampening != 0):
+            raise ConfigError(f"strata.torch: {whose}nesterov momentum requires a momentum and zero dampening")
+
+
+class OffloadedLion(_Offloaded):
+    """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"; lion_pytorch.Lion's
+    order of operations) with its state (fp32 master weights and one fp32 moment, 8 bytes a
+    parameter) offloaded to ``paths``. Every other argument, guarantee and method is
+    OffloadedAdamW's (see there and the module's doc). betas and maximize are fixed for a
+    parameter once it has state. torch_state_dict() gives lion_pytorch.Lion's format
+    ({"exp_avg": ...} per parameter)."""
+
+    _rule = _LionRule()
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-4,
+        betas: tuple = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        *,
+        maximize: bool = False,
+        paths: Iterable[Any],
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(betas, (str, bytes)) or not isinstance(betas, Iterable) or len(tuple(betas)) != 2:
+            raise ConfigError(f"strata.torch: betas must be two numbers, got {betas!r}")
+        betas = tuple(_hyper_number(b, f"betas[{k}]", "", 0.0, 1.0) for k, b in enumerate(betas))
+        defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay, maximize=maximize)
+        self._setup(params, defaults, paths=paths, **_front_defaults(kwargs))
+
+    def _check_group(self, group: dict, gi: int) -> None:
+        super()._check_group(group, gi)
+        betas = group["betas"]
+        if isinstance(betas, (str, bytes)) or not isinstance(betas, Iterable) or len(tuple(betas)) != 2:
+            raise ConfigError(f"strata.torch: group {gi}'s betas must be two numbers, got {betas!r}")
+        for k, b in enumerate(betas):
+            _hyper_number(b, f"betas[{k}]", f"group {gi}'s ", 0.0, 1.0 + 1e-12)
+
+
+_FRONT_DEFAULTS = dict(host_memory_budget=None, cache=None, subgroup_size=None, threads=None, preset="strata",
+                       max_grad_norm=None, loss_scaling=None, integrity=True, handover="auto", checkpoint_dir=None,
+                       keep_checkpoints=2, object_prefix="strata", process_group=None, shard=None,
+                       _force_staging=False)
+
+
+def _front_defaults(kwargs: dict) -> dict:
+    """The front's keyword arguments (see OffloadedAdamW) with their defaults filled in."""
+    return dict(_FRONT_DEFAULTS, **kwargs)

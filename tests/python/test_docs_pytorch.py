@@ -66,6 +66,28 @@ def test_the_five_line_usage_takes_a_step_with_its_state_under_both_paths(tmp_pa
     opt.close()
 
 
+def test_other_rules_and_bf16_moments_take_the_same_arguments_as_torchs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model, twin = small_model(), small_model()
+    # doc-snippet: other_rules
+    from strata.torch import OffloadedLion, OffloadedSGD
+    sgd = OffloadedSGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, paths=["sgd"])  # torch.optim.SGD's
+    lion = OffloadedLion(twin.parameters(), lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1, paths=["lion"])
+    small = OffloadedAdamW(small_model().parameters(), lr=1e-3, state_dtype="bf16", paths=["adamw16"])
+    print(small.native.state_format)  # [('exp_avg', 'bf16'), ('exp_avg_sq', 'bf16')]: 8 bytes a parameter, not 12
+    # doc-snippet-end
+    ref_model = small_model()
+    ref = torch.optim.SGD(ref_model.parameters(), lr=0.1, momentum=0.9, nesterov=True, foreach=False)
+    train(model, sgd, 0, 3)
+    train(ref_model, ref, 0, 3)
+    assert max_rel(ref_model, model) < 1e-6
+    train(twin, lion, 0, 1)
+    assert lion.native.rule == "lion" and small.native.rule == "adamw-bf16"
+    assert small.native.state_format == [("exp_avg", "bf16"), ("exp_avg_sq", "bf16")]
+    for o in (sgd, lion, small):
+        o.close()
+
+
 # --- Training as torch.optim.AdamW does --------------------------------------------------------
 
 
