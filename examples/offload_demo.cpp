@@ -39,7 +39,8 @@ constexpr const char* usage =
     "  --params N        parameters (e.g. 1e9, 250M); default 10M\n"
     "  --subgroup N      parameters per subgroup; default 4M\n"
     "  --preset NAME     zero_infinity | mlp_offload | strata; default strata\n"
-    "  --rule NAME       adamw | adamw-bf16 (bf16 moments) | sgd (momentum 0.9) | lion; default adamw\n"
+    "  --rule NAME       adamw | adamw-bf16 (bf16 moments) | adamw-8bit (8-bit moments) | sgd (momentum 0.9) |\n"
+    "                    lion; default adamw\n"
     "  --path DIR[@R/W]  a path (repeat; DIR 'host': host memory); R/W its read/write bandwidth in\n"
     "                    bytes/s (e.g. 2GB/1.5GB); a trailing '!' also caps that path to them\n"
     "  --path s3://bucket/prefix[@R/W]  or  s3://bucket/prefix[:R[:W]]\n"
@@ -213,11 +214,12 @@ int run(int argc, char** argv) {
         cfg.rule == "sgd" ? strata::sgd_rule::format(cfg.sgd)
         : cfg.rule == "lion" ? strata::lion_rule::format(cfg.lion)
         : cfg.rule == "adamw-bf16" ? strata::adamw_bf16_rule::format(cfg.adamw)
+        : cfg.rule == "adamw-8bit" ? strata::adamw_8bit_rule::format(cfg.adamw)
                                    : strata::adamw_rule::format(cfg.adamw),
         cfg.offload);
     std::uint64_t host_paths = 0;
     for (const auto& p : cfg.paths) host_paths += p.directory.empty() && p.url.empty() ? 1 : 0;
-    const std::uint64_t state = host_paths > 0 ? params * layout.state_bytes_per_param() : 0;
+    const std::uint64_t state = host_paths > 0 ? layout.total_state_bytes() : 0;
     strata::require_physical_memory(
         params * (sizeof(float) + sizeof(strata::bf16)) + layout.bookkeeping_bytes() + state,
         fmt::format("the demo's {} parameters in {} subgroups (weights, gradients, {} of bookkeeping{})", params,
@@ -317,12 +319,12 @@ int run(int argc, char** argv) {
   opt = strata::make_offloaded_optimizer(cfg, init);
   const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto st0 = opt->stats();
-  const std::size_t per_param = opt->state_format().bytes_per_param();
-  std::printf("preset %s, rule %s: %llu parameters (%s of state: %zu bytes a parameter, fp32 master and %s), "
+  const double per_param = opt->state_format().mean_bytes_per_param();
+  std::printf("preset %s, rule %s: %llu parameters (%s of state: %.3g bytes a parameter, fp32 master and %s), "
               "%zu-parameter subgroups, cache %zu subgroups, pipeline %zu slots, host memory %s of %s; initial write "
               "%.1f s\n",
               std::string(opt->preset()).c_str(), std::string(opt->rule()).c_str(),
-              static_cast<unsigned long long>(params), strata::format_size(params * per_param).c_str(), per_param,
+              static_cast<unsigned long long>(params), strata::format_size(static_cast<std::uint64_t>(static_cast<double>(params) * per_param)).c_str(), per_param,
               strata::describe(opt->state_format()).c_str(), opt->offload().subgroup_elems, st0.cache_slots,
               st0.pipeline_slots, strata::format_size(st0.host_memory_used).c_str(),
               st0.host_memory_budget == strata::unlimited_capacity ? "unlimited"

@@ -558,8 +558,8 @@ constexpr const char* usage_text =
     "                  AWS_REGION); READ/WRITE cap it as for a directory; probed through object_store_tier\n"
     "                  under <prefix>/.probe/, the state under <prefix>/strata-bench-step/<preset>/\n"
     "  --preset P      which presets run (all: those the path count allows; mlp_offload needs two)\n"
-    "  --rule R        the update rule: adamw (fp32 state, 12 B/param), adamw-bf16 (bf16 moments, 8), sgd\n"
-    "                  (momentum 0.9: 8), lion (8); a comma list runs each rule's optimizers interleaved in one\n"
+    "  --rule R        the update rule: adamw (fp32 state, 12 B/param), adamw-bf16 (bf16 moments, 8),\n"
+    "                  adamw-8bit (8-bit moments, 6.03), sgd (momentum 0.9: 8), lion (8); a comma list runs each rule's optimizers interleaved in one\n"
     "                  run (with --compare) and prints each one's speedup over adamw's\n"
     "  --compare       run the presets interleaved in one process and print speedups over zero_infinity,\n"
     "                  for the whole iteration, backward's gradient hand-over and the update apart\n"
@@ -700,10 +700,9 @@ int run_typed(args& a) {
   for (std::size_t at = 0;;) {
     const auto comma = rule_arg.find(',', at);
     const auto rule = rule_arg.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    if (rule != "adamw" && rule != "adamw-bf16" && rule != "sgd" && rule != "lion")
-      throw usage_error(fmt::format("step: --rule '{}': expected adamw, adamw-bf16, sgd or lion (or a comma list; "
-                                    "adamw-8bit is not available yet)",
-                                    rule));
+    if (rule != "adamw" && rule != "adamw-bf16" && rule != "adamw-8bit" && rule != "sgd" && rule != "lion")
+      throw usage_error(
+          fmt::format("step: --rule '{}': expected adamw, adamw-bf16, adamw-8bit, sgd or lion (or a comma list)", rule));
     if (std::find(rules.begin(), rules.end(), rule) != rules.end())
       throw usage_error(fmt::format("step: --rule names '{}' twice", rule));
     rules.push_back(rule);
@@ -714,7 +713,7 @@ int run_typed(args& a) {
   layout_options.subgroup_elems = static_cast<std::size_t>(subgroup);  // host gradients: the cached presets'
   // The cache share and the headline sizes are the first rule's.
   const auto layout = offload_layout::of_format(static_cast<std::size_t>(params), format_of(rules.front()), layout_options);
-  const std::uint64_t state_bytes = params * layout.state_bytes_per_param();
+  const std::uint64_t state_bytes = layout.total_state_bytes();
   const std::uint64_t subgroups = layout.subgroups();
   // --cache as bytes, or as P% of the subgroups (whole slots as the optimizer allocates them, a
   // slot page-rounded), which is then each rule's own share: every rule caches the same subgroups.
@@ -982,9 +981,9 @@ int run_typed(args& a) {
       r.setup_s = since(ts);
       if (progress) fmt::print(stderr, "\r\033[K");
       const auto st = r.opt->stats();
-      fmt::print("  {}: rule {} ({} bytes of state per parameter: fp32 master, {}); initial state written in {:.1f} s; "
+      fmt::print("  {}: rule {} ({:.3g} bytes of state per parameter: fp32 master, {}); initial state written in {:.1f} s; "
                  "cache {} subgroups, pipeline {} slots, host memory {}\n",
-                 name, v.rule, r.opt->state_format().bytes_per_param(), describe(r.opt->state_format()), r.setup_s,
+                 name, v.rule, r.opt->state_format().mean_bytes_per_param(), describe(r.opt->state_format()), r.setup_s,
                  st.cache_slots, st.pipeline_slots, format_size(st.host_memory_used));
       runners.push_back(std::move(r));
     }

@@ -9,6 +9,7 @@ is downloaded. Prints each logged step's loss for both runs, tokens/s, and strat
     .venv/bin/python examples/python/train_gpt.py                 # 3.2M parameters, 30 steps
     .venv/bin/python examples/python/train_gpt.py --steps 200 --layers 6 --width 384
     .venv/bin/python examples/python/train_gpt.py --state-dtype bf16    # moments in bf16: final loss within 2%
+    .venv/bin/python examples/python/train_gpt.py --state-dtype int8    # 8-bit moments: final loss within 2%
 """
 
 import argparse
@@ -121,11 +122,11 @@ def main():
     ap.add_argument("--log-every", type=int, default=5)
     ap.add_argument("--tolerance", type=float, default=1e-3,
                     help="largest relative difference of a loss against the in-memory run (fp32 states)")
-    ap.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32",
-                    help="strata's moments: fp32 (torch's AdamW, checked along the curve) or bf16 (fewer bytes, "
-                         "checked on the final loss)")
+    ap.add_argument("--state-dtype", choices=["fp32", "bf16", "int8"], default="fp32",
+                    help="strata's moments: fp32 (torch's AdamW, checked along the curve), bf16 or int8 (fewer "
+                         "bytes, checked on the final loss)")
     ap.add_argument("--final-tolerance", type=float, default=0.02,
-                    help="with bf16 states: largest relative difference of the final loss against the in-memory run")
+                    help="with bf16 or int8 states: largest relative difference of the final loss against the in-memory run")
     args = ap.parse_args()
     torch.set_num_threads(len(os.sched_getaffinity(0)))  # (Debian's torch starts with one)
 

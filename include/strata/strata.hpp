@@ -33,6 +33,7 @@
 #include "strata/sync/node_limiter.hpp"
 #include "strata/sync/rw_limiter.hpp"
 
+#include "strata/optim/adamw_8bit_rule.hpp"
 #include "strata/optim/adamw_bf16_rule.hpp"
 #include "strata/optim/adamw_cpu.hpp"
 #include "strata/optim/adamw_math.hpp"
@@ -106,6 +107,7 @@
 #include "strata/offload/offload_options.hpp"
 #include "strata/offload/offload_stats.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
+#include "strata/offload/offloaded_adamw_8bit.hpp"
 #include "strata/offload/offloaded_adamw_bf16.hpp"
 #include "strata/offload/offloaded_lion.hpp"
 #include "strata/offload/offloaded_optimizer.hpp"

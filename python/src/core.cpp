@@ -530,7 +530,7 @@ std::unique_ptr<optimizer> create(nb::handle params, nb::handle exp_avg, nb::han
   state.step = step;
   state.step_runs = runs;
   const strata::rule_state_view rule_state{named.arrays, step, runs};
-  const bool adamw = c.rule == "adamw" || c.rule == "adamw-bf16";
+  const bool adamw = c.rule == "adamw" || c.rule == "adamw-bf16" || c.rule == "adamw-8bit";
   if (!adamw && (m || v || vmax))
     config_fail(fmt::format("strata: exp_avg, exp_avg_sq and max_exp_avg_sq are AdamW's; rule '{}' takes state=",
                             c.rule));
@@ -801,7 +801,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("size", [](optimizer& self) { return self.get().size(); })
       .def_prop_ro("preset", [](optimizer& self) { return std::string(self.get().preset()); })
       .def_prop_ro("rule", [](optimizer& self) { return std::string(self.get().rule()); },
-                   "The update rule's tag: 'adamw', 'adamw-bf16', 'sgd' or 'lion'.")
+                   "The update rule's tag: 'adamw', 'adamw-bf16', 'adamw-8bit', 'sgd' or 'lion'.")
       .def_prop_ro(
           "state_format",
           [](optimizer& self) {

@@ -215,7 +215,9 @@ class _Segment:
         self.device = first.device
         self.offsets = []
         n = 0
+        block = owner._rule.block(hyper)
         for p in params:
+            n = -(-n // block) * block  # (a quantized state's blocks hold one tensor each)
             self.offsets.append(n)
             n += _local(p).numel()
         self.numel = n
@@ -331,7 +333,16 @@ class _Segment:
         return out
 
     def weights_for_core(self) -> list:
-        return [(at, k, None, w) for at, k, _, w in self.tensors(None)]
+        """The weights the native optimizer starts from: every tensor's, and zeros for the padding
+        between tensors that a quantized state's blocks leave (no tensor covers it later: it stays
+        as it is, zero)."""
+        out, end = [], 0
+        for at, k, _, w in self.tensors(None):
+            if at > end:
+                out.append((end, at - end, None, torch.zeros(at - end, dtype=self.dtype)))
+            out.append((at, k, None, w))
+            end = at + k
+        return out
 
 
 def _write(local: torch.Tensor, a: int, k: int, src: torch.Tensor, non_blocking: bool = False) -> None:
@@ -412,6 +423,18 @@ class _Rule:
     def state_bytes(self, hyper: dict) -> int:
         return 4 + sum(b for _, b, _ in self.arrays(hyper))
 
+    def block(self, hyper: dict) -> int:
+        """Parameters per quantization block of the state (1: none). Each tensor then starts at a
+        multiple of it in the flat layout, so that no block holds two tensors (their padding stays
+        zero), as the native rule requires."""
+        return 1
+
+    def slot_bytes(self, hyper: dict, n: int) -> int:
+        """Bytes of the state of n parameters (a quantized array adds an fp32 scale per block)."""
+        blocks = -(-n // self.block(hyper)) if self.block(hyper) > 1 else 0
+        quantized = sum(1 for _, b, _ in self.arrays(hyper) if b == 1)
+        return n * self.state_bytes(hyper) + 4 * blocks * quantized
+
     def torch_entry(self, arrays: dict, taken: float, hyper: dict) -> dict:
         """A stepped parameter's state in the torch optimizer's format."""
         return dict(arrays)
@@ -437,15 +460,21 @@ class _AdamWRule(_Rule):
         h["maximize"] = bool(h["maximize"])
         return h
 
+    _tags = {"fp32": "adamw", "bf16": "adamw-bf16", "int8": "adamw-8bit"}
+    _bytes = {"fp32": 4, "bf16": 2, "int8": 1}
+
     def tag(self, hyper: dict) -> str:
-        return "adamw-bf16" if hyper.get("state_dtype", "fp32") == "bf16" else "adamw"
+        return self._tags[hyper.get("state_dtype", "fp32")]
+
+    def block(self, hyper: dict) -> int:
+        return 256 if hyper.get("state_dtype", "fp32") == "int8" else 1
 
     def options(self, hyper: dict) -> dict:
         return dict(beta1=hyper["betas"][0], beta2=hyper["betas"][1], eps=hyper["eps"], amsgrad=hyper["amsgrad"],
                     maximize=hyper["maximize"])
 
     def arrays(self, hyper: dict) -> list:
-        b = 2 if hyper.get("state_dtype", "fp32") == "bf16" else 4
+        b = self._bytes[hyper.get("state_dtype", "fp32")]
         return [("exp_avg", b, False), ("exp_avg_sq", b, True)] + \
             ([("max_exp_avg_sq", b, True)] if hyper["amsgrad"] else [])
 
@@ -759,7 +788,7 @@ class _Offloaded(torch.optim.Optimizer):
     @staticmethod
     def _pipeline_bytes(seg: _Segment) -> int:
         n = max(1, seg.share_numel)
-        slot = -(-min(seg.subgroup, n) * seg.owner()._rule.state_bytes(seg.hyper) // 4096) * 4096
+        slot = -(-seg.owner()._rule.slot_bytes(seg.hyper, min(seg.subgroup, n)) // 4096) * 4096
         return _PIPELINE_SLOTS * slot + (1 << 16)
 
     def _configure(self, seg: _Segment, subgroup: Optional[int] = None) -> None:
@@ -788,7 +817,7 @@ class _Offloaded(torch.optim.Optimizer):
         if self._cache_total is not None:  # whole subgroups of the user's cache, which the preset keeps
             n = max(1, seg.share_numel)
             sizes = sum(max(1, x.share_numel) for x in self._segments) + (0 if seg in self._segments else n)
-            slot = -(-min(seg.subgroup, n) * self._rule.state_bytes(h) // 4096) * 4096
+            slot = -(-self._rule.slot_bytes(h, min(seg.subgroup, n)) // 4096) * 4096
             o["cache_subgroups"] = int(self._cache_total) * n // sizes // slot
         return o
 
@@ -938,16 +967,22 @@ class _Offloaded(torch.optim.Optimizer):
                         f"CyclicLR, needs cycle_momentum=False)")
 
     def _rates(self, seg: _Segment) -> list:
-        """(first, count, lr, weight_decay) over the segment's share, one per run of its groups."""
+        """(first, count, lr, weight_decay) over the segment's share, one per run of its groups; the
+        padding after a tensor (quantized states) goes with the range before it, so the ranges
+        cover the share."""
         out: list = []
         for i, at, _, k in seg.pieces():
             g = self.param_groups[seg.group_of[i]]
             lr = _hyper_number(g["lr"], "lr", f"group {seg.group_of[i]}'s ", 0.0)
             wd = _hyper_number(g["weight_decay"], "weight_decay", f"group {seg.group_of[i]}'s ", 0.0)
-            if out and out[-1][2] == lr and out[-1][3] == wd and out[-1][0] + out[-1][1] == at:
-                out[-1] = (out[-1][0], out[-1][1] + k, lr, wd)
+            if out and out[-1][2] == lr and out[-1][3] == wd:
+                out[-1] = (out[-1][0], at + k - out[-1][0], lr, wd)
             else:
+                if out:
+                    out[-1] = (out[-1][0], at - out[-1][0], out[-1][2], out[-1][3])
                 out.append((at, k, lr, wd))
+        if out:
+            out[-1] = (out[-1][0], seg.share_numel - out[-1][0], out[-1][2], out[-1][3])
         return out
 
     def _join_new(self) -> None:
@@ -1408,9 +1443,6 @@ class _Offloaded(torch.optim.Optimizer):
             plan = []
             for s in info.get("segments", []):
                 ps = [params[i] for i in s["params"]]
-                if sum(_local(p).numel() for p in ps) != s["numel"]:
-                    raise ConfigError(f"strata.torch: segment {s['index']} of the checkpoint does not match the "
-                                      f"parameters")
                 hyper = {k: tuple(v) if isinstance(v, list) else v for k, v in s["hyper"].items()}
                 if "state_dtype" in self._rule.fixed:  # (checkpoints from before bf16 moments)
                     hyper.setdefault("state_dtype", "fp32")
@@ -1421,6 +1453,9 @@ class _Offloaded(torch.optim.Optimizer):
                                       f"rule '{saved_rule}', this optimizer's is '{mine}' (no conversion on load: "
                                       f"torch_state_dict() moves a run between them)")
                 seg = _Segment(s["index"], ps, [self._group_index(p) for p in ps], hyper, self)
+                if seg.numel != s["numel"]:  # (laid out as the run that saved it laid them out)
+                    raise ConfigError(f"strata.torch: segment {s['index']} of the checkpoint does not match the "
+                                      f"parameters")
                 self._configure(seg, s["subgroup_size"])
                 d = None
                 if root is not None and seg.share_numel > 0:
@@ -1524,10 +1559,14 @@ class OffloadedAdamW(_Offloaded):
         lr, betas, eps, weight_decay, amsgrad, maximize: as torch.optim.AdamW, per group.
             Schedulers may change each group's lr and weight_decay; betas, eps, amsgrad and
             maximize are fixed for a parameter once it has state.
-        state_dtype: "fp32" (torch's AdamW exactly) or "bf16": both moments (and their running
+        state_dtype: "fp32" (torch's AdamW exactly), "bf16": both moments (and their running
             maximum) stored in bfloat16, the update computed in fp32 and each moment rounded to
-            nearest even when stored (8 bytes a parameter instead of 12: fewer bytes moved, not
-            torch's bits; torch_state_dict() gives them widened to fp32).
+            nearest even when stored (8 bytes a parameter instead of 12), or "int8": the moments
+            block-quantized to 8 bits (blocks of 256 parameters, each with an fp32 scale, the
+            dynamic maps of 8-bit Adam; about 6 bytes a parameter). Fewer bytes moved, not
+            torch's bits; torch_state_dict() gives the moments as fp32 (widened or dequantized).
+            With "int8" each parameter's state starts at a multiple of 256 in strata's layout and
+            subgroup_size must be a multiple of 256.
         paths: directories for the state (str, os.PathLike, ``s3://bucket/prefix``, None for host
             memory, or a dict with ``directory`` or ``url``, ``name``, ``read_cap``, ``write_cap``,
             ``read_bandwidth``, ``write_bandwidth``). ``{rank}`` and ``{local_rank}`` in a path
@@ -1590,9 +1629,8 @@ class OffloadedAdamW(_Offloaded):
         _force_staging: bool = False,
         **options: Any,
     ) -> None:
-        if state_dtype not in ("fp32", "bf16"):
-            raise ConfigError(f"strata.torch: state_dtype={state_dtype!r} (expected 'fp32' or 'bf16'; 8-bit states "
-                              f"are not available yet)")
+        if state_dtype not in ("fp32", "bf16", "int8"):
+            raise ConfigError(f"strata.torch: state_dtype={state_dtype!r} (expected 'fp32', 'bf16' or 'int8')")
         if isinstance(betas, (str, bytes)) or not isinstance(betas, Iterable) or len(tuple(betas)) != 2:
             raise ConfigError(f"strata.torch: betas must be two numbers, got {betas!r}")
         betas = tuple(_hyper_number(b, f"betas[{k}]", "", 0.0, 1.0) for k, b in enumerate(betas))

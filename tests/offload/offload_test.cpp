@@ -39,16 +39,6 @@ strata::host_tier_options host_opts(std::string name, double bw = 0) {
   return strata::host_tier_options{.name = std::move(name), .read_bandwidth = bw, .write_bandwidth = bw};
 }
 
-template <class Fn>
-std::string message_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-
 }  // namespace
 
 TEST_CASE("host memory never exceeds the budget, and a budget too small is a config_error saying what is needed") {

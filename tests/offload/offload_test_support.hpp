@@ -4,6 +4,7 @@
 // deterministic parameters and gradients, tier stacks.
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <random>
 #include <span>
@@ -34,6 +35,17 @@ struct flat_reference {
     strata::adamw_update_cpu<G, H>(p, m, v, vmax, g, out, k);
   }
 };
+
+/// The message of the E (any exception by default) that fn throws, or "(no exception)".
+template <class E = std::exception, class Fn>
+std::string message_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
 
 inline std::vector<float> random_params(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);

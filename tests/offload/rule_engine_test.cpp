@@ -4,7 +4,7 @@
 // tier, per-range rates, clipping and loss scaling with skipped steps), on the host and through
 // an executor's device path, across a checkpoint and after a tier fault mid-step; a checkpoint
 // records its rule and is refused, by name, by an optimizer of another rule. A rule joins the
-// suite with one fixture line (see TEST_CASE_TEMPLATE_INVOKE at the end).
+// suite with one fixture and its name in `every_rule` (near the end).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +14,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -50,6 +51,11 @@ struct adamw_bf16_fixture {
   using other = strata::adamw_rule;  // the same options, another state format
   static std::vector<strata::adamw_options> variants() { return adamw_fixture::variants(); }
 };
+struct adamw_8bit_fixture {
+  using rule = strata::adamw_8bit_rule;
+  using other = strata::adamw_bf16_rule;
+  static std::vector<strata::adamw_options> variants() { return adamw_fixture::variants(); }
+};
 struct sgd_fixture {
   using rule = strata::sgd_rule;
   using other = strata::lion_rule;
@@ -83,55 +89,49 @@ struct lion_fixture {
 
 // --- the reference: the rule's kernel over one flat array -------------------------------------
 
-// Rule R over one flat array per state array, one kernel call per rates range and step, with the
-// engine's step decision (the global norm summed per subgroup, clipping, loss scaling and its
-// skipped steps) computed the way the optimizer must compute it.
+// Rule R over one flat state (laid out by the rule's format for every parameter, as one subgroup
+// is), one kernel call per rates range and step, with the engine's step decision (the global
+// norm summed per subgroup, clipping, loss scaling and its skipped steps) computed the way the
+// optimizer must compute it. (A block-quantized state's blocks are the subgroups' blocks: the
+// subgroup size is a multiple of the block.)
 template <class R>
 struct flat_rule_reference {
   typename R::options_type o;
   strata::state_format f;
   std::vector<float> p;
-  std::vector<std::vector<std::byte>> arrays;  // each array's elements, of the format's type
+  std::vector<std::byte> rest;  // the state after the master weights (scales, then arrays)
   std::int64_t steps = 0;
   std::size_t subgroup;
   std::optional<double> max_norm;
   strata::dynamic_loss_scaler scaler;
   bool tracks;
+  std::vector<std::byte> slot;  // (view() lays the state out here)
 
   flat_rule_reference(std::span<const float> init, typename R::options_type opts, const strata::offload_options& off)
       : o(opts),
         f(R::format(opts)),
         p(init.begin(), init.end()),
-        arrays(),
         subgroup(off.subgroup_elems),
         max_norm(off.max_grad_norm > 0 ? std::optional<double>(off.max_grad_norm) : std::nullopt),
         scaler(off.loss_scaling),
-        tracks(off.max_grad_norm > 0 || off.loss_scaling.enabled) {
-    for (std::size_t a = 0; a < f.count; ++a)
-      arrays.emplace_back(init.size() * strata::element_bytes(f.arrays[a].element), std::byte{0});
+        tracks(off.max_grad_norm > 0 || off.loss_scaling.enabled),
+        slot(f.state_bytes(init.size())) {
+    std::memcpy(slot.data(), p.data(), p.size() * sizeof(float));
+    const auto v = view();
+    for (std::size_t a = 0; a < f.count; ++a) strata::write_state_array(v, f, a, {});
+    sync();
   }
 
-  // Array a widened to fp32.
-  std::vector<float> array(std::size_t a) const {
+  // Array a widened to fp32 (dequantized).
+  std::vector<float> array(std::size_t a) {
     std::vector<float> out(p.size());
-    if (f.arrays[a].element == strata::state_element::f32) {
-      std::memcpy(out.data(), arrays[a].data(), out.size() * sizeof(float));
-    } else {
-      for (std::size_t i = 0; i < out.size(); ++i) {
-        strata::bf16 h;
-        std::memcpy(&h, arrays[a].data() + i * sizeof(h), sizeof(h));
-        out[i] = static_cast<float>(h);
-      }
-    }
+    strata::read_state_array(view(), f, a, out);
     return out;
   }
 
-  strata::state_view view() {
-    strata::state_view v;
-    v.master = p.data();
-    for (std::size_t a = 0; a < f.count; ++a) v.arrays[a] = arrays[a].data();
-    return v;
-  }
+  strata::state_view view() { return strata::state_view::of(slot.data(), f, p.size()); }
+  // p from the slot's master weights.
+  void sync() { std::memcpy(p.data(), slot.data(), p.size() * sizeof(float)); }
 
   // Returns whether the step was taken (false: skipped for inf/NaN gradients).
   template <class G, class H>
@@ -152,6 +152,7 @@ struct flat_rule_reference {
     k.for_each_piece(0, p.size(), [&](std::size_t off, std::size_t len, const typename R::step_params& kk) {
       R::template update_cpu<G, H>(v, off, len, g.data() + off, out.empty() ? nullptr : out.data() + off, kk, nullptr);
     });
+    sync();
     ++steps;
     if (tracks) scaler.update(false);
     return true;
@@ -175,12 +176,19 @@ void require_same(Opt& opt, flat_rule_reference<R>& ref) {
   REQUIRE(opt.step_count() == static_cast<std::uint64_t>(ref.steps));
 }
 
+// A subgroup size near `wanted` that rule R's state takes (a multiple of its quantization block).
+template <class R>
+std::size_t subgroup_for(const typename R::options_type& opts, std::size_t wanted) {
+  const std::size_t block = R::format(opts).block();
+  return block == 0 ? wanted : (wanted + block - 1) / block * block;
+}
+
 strata::host_tier_options host_opts(std::string name) { return strata::host_tier_options{.name = std::move(name)}; }
 
 strata::offload_options small_options(std::size_t subgroup, std::size_t cache_subgroups, const strata::state_format& f) {
   strata::offload_options o;
   o.subgroup_elems = subgroup;
-  o.host_cache_bytes = cache_subgroups * strata::host_budget::footprint(subgroup * (f.bytes_per_param() + 4));
+  o.host_cache_bytes = cache_subgroups * strata::host_budget::footprint(f.state_bytes(subgroup) + 4 * subgroup);
   o.prefetch_depth = 2;
   o.write_behind_depth = 2;
   o.threads = 2;
@@ -209,13 +217,15 @@ void run_random_config(std::uint64_t seed, const typename R::options_type& opts)
   const auto pick = [&](std::size_t lo, std::size_t hi) {
     return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
   };
+  // (a block-quantized state: subgroups and range cuts at multiples of its block)
+  const std::size_t unit = std::max<std::size_t>(1, R::format(opts).block());
   const std::size_t n = pick(1, 4000);
-  const std::size_t sg = pick(1, std::max<std::size_t>(1, n / pick(1, 6)));
+  const std::size_t sg = unit * pick(1, std::max<std::size_t>(1, n / unit / pick(1, 6)));
   const std::size_t subgroups = (n + sg - 1) / sg;
   const std::size_t cache = pick(0, subgroups);
   const bool accept = pick(0, 1) == 1;
   const bool on_tier = accept && pick(0, 2) == 0;
-  const bool ranges = pick(0, 1) == 1 && n >= 2;
+  const bool ranges = pick(0, 1) == 1 && n > unit;
   const bool clip = pick(0, 1) == 1;
   const bool scaling = pick(0, 2) == 0;
   const bool want_copy = !std::is_same_v<H, float> || pick(0, 1) == 1;
@@ -256,7 +266,7 @@ void run_random_config(std::uint64_t seed, const typename R::options_type& opts)
     const auto g = grads_with_inf<G>(n, seed * 10 + step, scaling && step == 2 ? pick(0, n - 1) : n);
     strata::step_rates rates(1e-3 * (step + 1));
     if (ranges) {
-      const std::size_t cut = pick(1, n - 1);
+      const std::size_t cut = unit * pick(1, (n - 1) / unit);
       rates = strata::step_rates({{0, cut, 2e-3, 0.0}, {cut, n - cut, 5e-4 * (step + 1), 0.05}});
     }
     ref.template step<G, H>(std::span<const G>(g), rates, std::span<H>(want));
@@ -297,8 +307,9 @@ TEST_CASE_TEMPLATE_DEFINE("an offloaded rule equals its kernel over one flat arr
 TEST_CASE_TEMPLATE_DEFINE("an offloaded rule's device path on the host executor gives the host path's bits", F,
                           rule_device_identity) {
   using R = typename F::rule;
-  const std::size_t n = 3001, sg = 400;
+  const std::size_t n = 3001;
   for (const auto& opts : F::variants()) {
+    const std::size_t sg = subgroup_for<R>(opts, 400);
     const auto init = random_params(n, 21);
     auto off = small_options(sg, 2, R::format(opts));
     off.device_depth = 2;
@@ -325,8 +336,8 @@ TEST_CASE_TEMPLATE_DEFINE("an offloaded rule resumes from its checkpoint bit-ide
                           rule_checkpoint) {
   using R = typename F::rule;
   using Other = typename F::other;
-  const std::size_t n = 2500, sg = 300;
   const auto opts = F::variants().back();
+  const std::size_t n = 2500, sg = subgroup_for<R>(opts, 300);
   const auto init = random_params(n, 41);
   const auto off = small_options(sg, 2, R::format(opts));
   temp_dir dir(fs::temp_directory_path(), "rule-ckpt");
@@ -374,8 +385,8 @@ TEST_CASE_TEMPLATE_DEFINE("an offloaded rule resumes from its checkpoint bit-ide
 TEST_CASE_TEMPLATE_DEFINE("an offloaded rule's step that a tier fault stops is retried bit-identically", F,
                           rule_fault_retry) {
   using R = typename F::rule;
-  const std::size_t n = 2000, sg = 300;  // 7 subgroups
   const auto opts = F::variants().back();
+  const std::size_t n = 2000, sg = subgroup_for<R>(opts, 300);  // 7 subgroups (8-bit: 4)
   const auto init = random_params(n, 71);
   std::size_t failed_steps = 0;
   for (const auto op : {strata::fault_op::read, strata::fault_op::write})
@@ -420,8 +431,9 @@ TEST_CASE_TEMPLATE_DEFINE("an offloaded rule reads back each array of its state 
     const auto off = small_options(256, 1, R::format(opts));
     strata::host_tier tier(host_opts("r"));
     strata::offloaded_optimizer<R, strata::host_tier> opt(tier, init, opts, off);
-    CHECK(opt.layout().state_bytes_per_param() == R::format(opts).bytes_per_param());
-    CHECK(opt.layout().state_bytes(0) == 256 * R::format(opts).bytes_per_param());
+    CHECK(opt.layout().state_bytes_per_param() == R::format(opts).mean_bytes_per_param());
+    CHECK(opt.layout().state_bytes(0) == R::format(opts).state_bytes(256));
+    CHECK(opt.layout().total_state_bytes() == R::format(opts).state_bytes(256) * 2 + R::format(opts).state_bytes(188));
     std::vector<float> out(n, 1.0f);
     const strata::state_format f = R::format(opts);
     for (const auto& a : f.items()) {
@@ -484,13 +496,14 @@ TEST_CASE_TEMPLATE_DEFINE("an offloaded rule started from existing state continu
 }
 
 // doc-snippet: invoke
-TEST_CASE_TEMPLATE_INVOKE(rule_flat_identity, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
-TEST_CASE_TEMPLATE_INVOKE(rule_device_identity, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
-TEST_CASE_TEMPLATE_INVOKE(rule_checkpoint, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
-TEST_CASE_TEMPLATE_INVOKE(rule_fault_retry, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
-TEST_CASE_TEMPLATE_INVOKE(rule_read_state, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
-TEST_CASE_TEMPLATE_INVOKE(rule_from_state, adamw_fixture, adamw_bf16_fixture, sgd_fixture, lion_fixture);
+using every_rule = std::tuple<adamw_fixture, adamw_bf16_fixture, adamw_8bit_fixture, sgd_fixture, lion_fixture>;
 // doc-snippet-end
+TEST_CASE_TEMPLATE_APPLY(rule_flat_identity, every_rule);
+TEST_CASE_TEMPLATE_APPLY(rule_device_identity, every_rule);
+TEST_CASE_TEMPLATE_APPLY(rule_checkpoint, every_rule);
+TEST_CASE_TEMPLATE_APPLY(rule_fault_retry, every_rule);
+TEST_CASE_TEMPLATE_APPLY(rule_read_state, every_rule);
+TEST_CASE_TEMPLATE_APPLY(rule_from_state, every_rule);
 
 TEST_CASE("a version 3 AdamW manifest (before rules were recorded) is read as AdamW's") {
   strata::checkpoint_manifest m;
@@ -549,5 +562,79 @@ TEST_CASE("a manifest whose state format does not add up, or names an unknown el
 }
 
 }  // namespace
+
+}  // namespace rule_engine_test
+
+namespace rule_engine_test {
+
+TEST_CASE("an 8-bit AdamW step whose parts share a quantization block is refused before it changes anything") {
+  using R = strata::adamw_8bit_rule;
+  using tensor = strata::param_tensor<float, float>;
+  const std::size_t n = 1024;
+  const strata::adamw_options o;
+  const auto init = random_params(n, 5);
+  strata::host_tier tier(host_opts("q8"));
+  strata::offloaded_optimizer<R, strata::host_tier> opt(tier, init, o, small_options(512, 0, R::format(o)));
+  const auto g = random_grads<float>(n, 6);
+  std::vector<float> model(init);
+  const std::span<const float> gs(g);
+  const std::span<float> ms(model);
+  const auto unchanged = [&] {
+    std::vector<float> master(n);
+    opt.read_master(master);
+    CHECK(same_bits(master, init));
+    CHECK(opt.step_count() == 0);
+  };
+
+  // two tensors in block 0, with or without gradients on the first
+  for (const bool first_has_grads : {true, false}) {
+    const std::vector<tensor> shared = {{0, 100, first_has_grads ? gs.first(100) : std::span<const float>(), ms.first(100)},
+                                        {100, 500, gs.subspan(100, 500), ms.subspan(100, 500)}};
+    const auto message = message_of<strata::config_error>([&] { opt.step(std::span<const tensor>(shared), 1e-3); });
+    INFO(message);
+    CHECK(message.find("share a quantization block") != std::string::npos);
+    CHECK(message.find("[0, 100) and [100, 512)") != std::string::npos);
+    unchanged();
+  }
+  // ranges of rates that cut a block
+  const auto cut = message_of<strata::config_error>(
+      [&] { opt.step(gs, strata::step_rates({{0, 300, 1e-3, 0.0}, {300, n - 300, 1e-3, 0.1}})); });
+  CHECK(cut.find("share a quantization block") != std::string::npos);
+  unchanged();
+
+  // tensors from multiples of 256 with padding (no tensor) between them: each block updated once,
+  // as one flat kernel call per tensor does it; the padding's state stays zero
+  const std::vector<tensor> aligned = {{0, 100, gs.first(100), ms.first(100)},
+                                       {256, 300, gs.subspan(256, 300), ms.subspan(256, 300)},
+                                       {768, 256, {}, ms.subspan(768, 256)}};
+  opt.step(std::span<const tensor>(aligned), 1e-3);
+  const auto f = R::format(o);
+  std::vector<std::byte> slot(f.state_bytes(n));
+  const auto v = strata::state_view::of(slot.data(), f, n);
+  std::memcpy(v.master, init.data(), n * sizeof(float));
+  for (std::size_t a = 0; a < f.count; ++a) strata::write_state_array(v, f, a, {});
+  const auto k = R::make_step_params(o, strata::rule_step{1, 1e-3, o.decay(), 1, 1});
+  std::vector<float> want_model(init);
+  R::update_cpu<float, float>(v, 0, 100, g.data(), want_model.data(), k, nullptr);
+  R::update_cpu<float, float>(v, 256, 300, g.data() + 256, want_model.data() + 256, k, nullptr);
+  std::vector<float> got(n), want(n);
+  opt.read_master(got);
+  CHECK(same_bits(got, std::vector<float>(v.master, v.master + n)));
+  CHECK(same_bits(model, want_model));
+  for (std::size_t a = 0; a < f.count; ++a) {
+    opt.read_state(f.arrays[a].name, got);
+    strata::read_state_array(v, f, a, want);
+    CHECK(same_bits(got, want));
+    for (std::size_t i = 100; i < 256; ++i) REQUIRE(got[i] == 0.0f);
+  }
+}
+
+TEST_CASE("an 8-bit AdamW state needs subgroups of whole quantization blocks") {
+  const strata::adamw_options o;
+  const auto f = strata::adamw_8bit_rule::format(o);
+  const auto message = message_of<strata::config_error>([&] { (void)strata::offload_layout::of_format(1000, f, small_options(300, 0, f)); });
+  CHECK(message.find("subgroup_elems 300 is not a multiple of the 256") != std::string::npos);
+  CHECK_NOTHROW((void)strata::offload_layout::of_format(1000, f, small_options(512, 0, f)));
+}
 
 }  // namespace rule_engine_test

@@ -50,12 +50,35 @@ struct rule_state {
     }
   }
 
+  /// n parameters of a state of format `f` as the engine lays it out (quantized arrays quantized
+  /// from random values, as write_state_array stores them; non-negative arrays squared).
+  rule_state(std::size_t count, const strata::state_format& f, std::uint32_t seed, float grad_magnitude = 1.0f)
+      : n(count), arrays(0), slot((f.state_bytes(count) + sizeof(float) - 1) / sizeof(float)), g(count), out(count) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    std::uniform_int_distribution<int> decade(-8, 2);
+    for (std::size_t i = 0; i < n; ++i) {
+      slot[i] = normal(rng);
+      g[i] = G(awkward_grad(rng, normal, decade, i, grad_magnitude));
+      out[i] = unwritten<H>();
+    }
+    const auto v = view(f);
+    std::vector<float> values(n);
+    for (std::size_t a = 0; a < f.count; ++a) {
+      for (auto& x : values) {
+        x = normal(rng) * 1e-2f;
+        if (f.arrays[a].non_negative) x *= x;
+      }
+      strata::write_state_array(v, f, a, values);
+    }
+  }
+
   std::span<float> master() { return {slot.data(), n}; }
   /// Array a (0-based among the rule's arrays); empty when the rule keeps fewer.
   std::span<float> array(std::size_t a) {
     return a < arrays ? std::span<float>(slot.data() + (a + 1) * n, n) : std::span<float>();
   }
-  /// The engine's view of the slot (the format's arrays are fp32 here).
+  /// The engine's view of the slot.
   strata::state_view view(const strata::state_format& f) {
     return strata::state_view::of(reinterpret_cast<std::byte*>(slot.data()), f, n);
   }

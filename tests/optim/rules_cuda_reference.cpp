@@ -3,6 +3,7 @@
 // end lacks the barrier builtin).
 #include <cstddef>
 
+#include "strata/optim/adamw_8bit_rule.hpp"
 #include "strata/optim/lion_rule.hpp"
 #include "strata/optim/sgd_rule.hpp"
 
@@ -26,3 +27,4 @@ void cpu_rule_update(const strata::state_view& v, std::size_t at, std::size_t n,
   STRATA_TEST_INSTANTIATE(R, strata::fp16, float)
 STRATA_TEST_PAIRS(strata::sgd_rule)
 STRATA_TEST_PAIRS(strata::lion_rule)
+STRATA_TEST_PAIRS(strata::adamw_8bit_rule)

@@ -1,5 +1,5 @@
-// Needs a GPU (label `cuda`): the CUDA kernels of SGD and Lion (cuda_update<sgd_rule>,
-// cuda_update<lion_rule>) are bit-identical to the host kernels (update_cpu) for every dtype
+// Needs a GPU (label `cuda`): the CUDA kernels of SGD, Lion and 8-bit AdamW (cuda_update<sgd_rule>,
+// cuda_update<lion_rule>, cuda_update<adamw_8bit_rule>) are bit-identical to the host kernels (update_cpu) for every dtype
 // pair, variant, size (vector body and tail), sub-span offset (alignment) and with or without a
 // model copy.
 #include <doctest/doctest.h>
@@ -10,6 +10,7 @@
 
 #include "cuda_test_support.cuh"
 #include "rule_test_support.hpp"
+#include "strata/optim/adamw_8bit_cuda.cuh"
 #include "strata/optim/lion_cuda.cuh"
 #include "strata/optim/sgd_cuda.cuh"
 
@@ -29,15 +30,16 @@ template <class R, class G, class H>
 void check_rule(const std::vector<std::pair<typename R::options_type, std::int64_t>>& cases) {
   cudaStream_t s{};
   STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (std::size_t n : {1UL, 3UL, 4UL, 5UL, 1000UL, 100003UL})
+  // (8-bit AdamW: also a span from a block's start, and partial first and last blocks)
+  for (std::size_t n : {1UL, 3UL, 4UL, 5UL, 257UL, 1000UL, 100003UL})
     for (std::size_t ci = 0; ci < cases.size(); ++ci)
-      for (std::size_t at : {0UL, 1UL})
+      for (std::size_t at : {0UL, 1UL, 256UL})
         for (bool write_model : {true, false}) {
           if (at >= n) continue;
           const auto& [o, step] = cases[ci];
           const auto f = R::format(o);
           const auto k = R::make_step_params(o, strata::rule_step{step, 1e-3, 0.01, 1.0 / 512, 0.9});
-          strata_test::rule_state<G, H> want(n, f.count, static_cast<std::uint32_t>(n + ci), 512.0f);
+          strata_test::rule_state<G, H> want(n, f, static_cast<std::uint32_t>(n + ci), 512.0f);
           auto got = want;
           cpu_rule_update<R>(want.view(f), at, n - at, want.g.data() + at, write_model ? want.out.data() + at : nullptr,
                              k);
@@ -79,7 +81,28 @@ std::vector<std::pair<strata::lion_options, std::int64_t>> lion_cases() {
   return {{def, 1}, {up, 7}};
 }
 
+std::vector<std::pair<strata::adamw_options, std::int64_t>> adamw_8bit_cases() {
+  strata::adamw_options plain, ams, adam;
+  ams.amsgrad = true;
+  ams.maximize = true;
+  adam.decoupled = false;
+  return {{plain, 1}, {plain, 5}, {ams, 3}, {adam, 2}};
+}
+
 }  // namespace
+
+TEST_CASE_TEMPLATE("the CUDA 8-bit AdamW kernel equals the host kernel bit for bit", pair,
+                   std::pair<float, strata::bf16>, std::pair<float, float>, std::pair<strata::bf16, strata::bf16>,
+                   std::pair<strata::fp16, strata::fp16>) {
+  check_rule<strata::adamw_8bit_rule, typename pair::first_type, typename pair::second_type>(adamw_8bit_cases());
+}
+
+TEST_CASE("the CUDA 8-bit maps are the host's") {
+  strata::q8_map got[2];
+  STRATA_CUDA_TRY(cudaMemcpyFromSymbol(got, strata::cuda::detail::q8_device_maps, sizeof(got)));
+  CHECK(std::memcmp(&got[0], &strata::q8_signed_map, sizeof(strata::q8_map)) == 0);
+  CHECK(std::memcmp(&got[1], &strata::q8_unsigned_map, sizeof(strata::q8_map)) == 0);
+}
 
 TEST_CASE_TEMPLATE("the CUDA SGD kernel equals the host kernel bit for bit", pair, std::pair<float, strata::bf16>,
                    std::pair<float, strata::fp16>, std::pair<float, float>, std::pair<strata::bf16, strata::bf16>,

@@ -75,6 +75,8 @@ def test_other_rules_and_bf16_moments_take_the_same_arguments_as_torchs(tmp_path
     lion = OffloadedLion(twin.parameters(), lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1, paths=["lion"])
     small = OffloadedAdamW(small_model().parameters(), lr=1e-3, state_dtype="bf16", paths=["adamw16"])
     print(small.native.state_format)  # [('exp_avg', 'bf16'), ('exp_avg_sq', 'bf16')]: 8 bytes a parameter, not 12
+    tiny = OffloadedAdamW(small_model().parameters(), lr=1e-3, state_dtype="int8", paths=["adamw8"])
+    print(tiny.native.state_format)  # [('exp_avg', 'q8'), ('exp_avg_sq', 'uq8')]: about 6 bytes a parameter
     # doc-snippet-end
     ref_model = small_model()
     ref = torch.optim.SGD(ref_model.parameters(), lr=0.1, momentum=0.9, nesterov=True, foreach=False)
@@ -84,6 +86,7 @@ def test_other_rules_and_bf16_moments_take_the_same_arguments_as_torchs(tmp_path
     train(twin, lion, 0, 1)
     assert lion.native.rule == "lion" and small.native.rule == "adamw-bf16"
     assert small.native.state_format == [("exp_avg", "bf16"), ("exp_avg_sq", "bf16")]
+    assert tiny.native.rule == "adamw-8bit" and tiny.native.state_format == [("exp_avg", "q8"), ("exp_avg_sq", "uq8")]
     for o in (sgd, lion, small):
         o.close()
 

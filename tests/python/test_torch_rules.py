@@ -1,7 +1,8 @@
 """strata.torch's other update rules against their references: OffloadedSGD against
 torch.optim.SGD, OffloadedLion against Lion's definition (lion_pytorch's order, written out below),
 OffloadedAdamW(state_dtype="bf16") against torch's AdamW with its moments rounded to bf16 after
-each step; exact resume from state_dict() and torch's format for each; typed errors."""
+each step, OffloadedAdamW(state_dtype="int8") against torch's AdamW with its moments block-quantized
+after each step (the maps written out below); exact resume from state_dict() and torch's format for each; typed errors."""
 
 import pytest
 
@@ -111,13 +112,98 @@ def test_adamw_bf16_moments_match_torch_adamw_with_moments_rounded_to_bf16_after
             assert torch.equal(st[name], st[name].to(torch.bfloat16).float())  # widened exactly
 
 
-@pytest.mark.parametrize("kind", ["sgd", "lion", "adamw-bf16"])
+def _q8_map(signed):
+    """strata's 8-bit map (optim/quant8.hpp), built the same way: per decade 10^-6..10^0 the
+    midpoints of equal bins of [0.1, 1] (1, 2, ..., 64 bins signed, twice as many unsigned), both
+    signs when signed (but the smallest negative), 0, 1 and, signed, -1. Returns the values and the
+    midpoints between neighbours, in float32."""
+    v = []
+    for d in range(7):
+        bins = (1 if signed else 2) << d
+        unit = 1.0
+        for _ in range(6 - d):
+            unit /= 10
+        for j in range(bins):
+            x = unit * (0.1 + (j + 0.5) * (0.9 / bins))
+            v.append(x)
+            if signed and d > 0:
+                v.append(-x)
+    v += [0.0, 1.0] + ([-1.0] if signed else [])
+    values = torch.tensor(sorted(v), dtype=torch.float32)
+    wide = values.double()
+    return values, ((wide[:-1] + wide[1:]) / 2).float()
+
+
+def _quantized(x, table):
+    """x after a store and a read as strata's 8-bit state: per block of 256 values of the flat
+    tensor, scale = absmax, code = the nearest map value (ties to the lower), read = value * scale."""
+    values, thresholds = table
+    flat = x.reshape(-1)
+    out = torch.empty_like(flat)
+    for b in range(0, flat.numel(), 256):
+        block = flat[b:b + 256]
+        scale = block.abs().max()
+        if scale == 0:
+            out[b:b + 256] = 0
+            continue
+        codes = torch.searchsorted(thresholds, block / scale)  # thresholds below each value
+        out[b:b + 256] = values[codes] * scale
+    return out.view_as(x)
+
+
+def test_adamw_int8_moments_match_torch_adamw_with_moments_block_quantized_after_each_step(tmp_path):
+    signed, unsigned = _q8_map(True), _q8_map(False)
+    ref_model, model = make_model(), make_model()
+    ref = torch.optim.AdamW(groups(ref_model), foreach=False)
+    opt = OffloadedAdamW(groups(model), state_dtype="int8", paths=_paths(tmp_path), subgroup_size=512, threads=2)
+    assert [(n, e) for n, e in opt.native.state_format] == [("exp_avg", "q8"), ("exp_avg_sq", "uq8")]
+    flips = total = 0
+    for t in range(8):
+        # Each step from the same weights and (dequantized) state: torch's and strata's fp32 moments
+        # differ by an ulp now and then, which can move a value across a code's boundary; from a
+        # common start every step is held to the reference, and such a move to one code.
+        ref_model.load_state_dict(model.state_dict())
+        ref.load_state_dict(opt.torch_state_dict())
+        train(ref_model, ref, 1, first=t)
+        train(model, opt, 1, first=t)
+        assert max_rel(ref_model, model) < 1e-6  # the weights move with the new fp32 moments
+        mine = opt.torch_state_dict()["state"]
+        for i, st in enumerate(ref.state.values()):
+            for name, table, code in (("exp_avg", signed, 0.0141), ("exp_avg_sq", unsigned, 0.0071)):
+                want = _quantized(st[name], table)
+                got = mine[i][name]
+                assert got.dtype == torch.float32
+                assert torch.equal(_quantized(got, table), got)  # dequantized values, exactly
+                diff = (got - want).abs()
+                assert diff.max() <= code * want.abs().max() * 1.001  # at most one code of the widest bins
+                flips += int((diff > 1e-6 * want.abs().max()).sum())
+                total += want.numel()
+    assert flips <= total // 100
+
+
+def test_adamw_int8_state_exported_to_torch_format_comes_back_exactly(tmp_path):
+    a, b = make_model(), make_model()
+    oa = OffloadedAdamW(groups(a), state_dtype="int8", paths=_paths(tmp_path / "a"), subgroup_size=512, threads=2)
+    train(a, oa, 3)
+    exported = oa.torch_state_dict()
+    b.load_state_dict(a.state_dict())
+    ob = OffloadedAdamW(groups(b), state_dtype="int8", paths=_paths(tmp_path / "b"), subgroup_size=512, threads=2)
+    ob.load_state_dict(exported)
+    train(a, oa, 3, first=3)
+    train(b, ob, 3, first=3)
+    assert same(a, b)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "lion", "adamw-bf16", "adamw-int8"])
 def test_state_dict_resumes_each_rule_bit_for_bit(tmp_path, kind):
     def make(model, where):
         if kind == "sgd":
             return OffloadedSGD(groups(model), lr=1e-2, momentum=0.9, paths=_paths(where), **ARGS)
         if kind == "lion":
             return OffloadedLion(groups(model, lr=1e-3), paths=_paths(where), **ARGS)
+        if kind == "adamw-int8":
+            return OffloadedAdamW(groups(model), state_dtype="int8", paths=_paths(where), subgroup_size=512,
+                                  threads=2)
         return OffloadedAdamW(groups(model), state_dtype="bf16", paths=_paths(where), **ARGS)
 
     a, b = make_model(), make_model()
@@ -176,7 +262,9 @@ def test_lion_state_moves_to_its_reference_and_back(tmp_path):
 def test_rules_refuse_what_they_cannot_do_with_typed_errors(tmp_path):
     model = make_model()
     with pytest.raises(strata.ConfigError, match="state_dtype"):
-        OffloadedAdamW(groups(model), state_dtype="int8", paths=_paths(tmp_path))
+        OffloadedAdamW(groups(model), state_dtype="int4", paths=_paths(tmp_path))
+    with pytest.raises(strata.ConfigError, match="subgroup_elems 300 is not a multiple of the 256"):
+        train(model, OffloadedAdamW(groups(model), state_dtype="int8", paths=_paths(tmp_path / "q"), **ARGS), 1)
     with pytest.raises(strata.ConfigError, match="nesterov"):
         OffloadedSGD(groups(model), nesterov=True, paths=_paths(tmp_path))
     with pytest.raises(strata.ConfigError, match="momentum"):

@@ -9,7 +9,7 @@
 /// Every member keeps the contract of offloaded_optimizer's (offload/offloaded_optimizer.hpp);
 /// one call through a table of function pointers per member, whatever the rule.
 ///
-/// The rule is a run-time value here: rule() is its tag ("adamw", "adamw-bf16", "sgd", "lion"),
+/// The rule is a run-time value here: rule() is its tag ("adamw", "adamw-bf16", "adamw-8bit", "sgd", "lion"),
 /// state_format() its arrays, read_state(name) reads any of them.
 
 #include <cstddef>

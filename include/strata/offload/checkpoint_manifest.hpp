@@ -33,6 +33,7 @@
 /// scaling lines, versions 1 and 2 no step runs (every parameter then took `step`). They are still
 /// read.
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
@@ -140,7 +141,7 @@ struct checkpoint_manifest {
       const std::string_view st = next("state");
       m.state = st == "-" ? std::string() : std::string(st);
       if (!valid_name(m.rule)) throw bad(fmt::format("bad rule '{}'", m.rule));
-      if (!state_bytes_per_param(m.state)) throw bad(fmt::format("bad state format '{}'", m.state));
+      if (!state_sizes(m.state)) throw bad(fmt::format("bad state format '{}'", m.state));
     }
     m.step = parse_u64(next("step"), bad);
     m.params = parse_u64(next("params"), bad);
@@ -216,18 +217,45 @@ struct checkpoint_manifest {
       total += m.subgroup_bytes.back();
     }
     if (i != lines.size()) throw bad("unexpected lines after the subgroups");
-    if (total != m.data_bytes || m.data_bytes != m.params * m.bytes_per_param())
+    if (total != m.data_bytes || m.data_bytes != m.state_bytes())
       throw bad("subgroup sizes do not add up to the data size");
+    for (std::uint64_t s = 0; s < count; ++s)
+      if (m.subgroup_bytes[s] != m.state_bytes_of(std::min(m.subgroup_elems, m.params - s * m.subgroup_elems)))
+        throw bad(fmt::format("subgroup {} has {} bytes, not its state's", s, m.subgroup_bytes[s]));
     return m;
   }
 
-  /// Bytes of state per parameter that `state` implies (master weights included).
-  [[nodiscard]] std::uint64_t bytes_per_param() const noexcept { return state_bytes_per_param(state).value_or(0); }
+  /// Bytes of state per parameter that `state` implies (master weights included, block scales
+  /// of quantized arrays not).
+  [[nodiscard]] std::uint64_t bytes_per_param() const noexcept {
+    const auto z = state_sizes(state);
+    return z ? z->per_param : 0;
+  }
+  /// Bytes of the state of n parameters, one subgroup's object (0 for a bad state format).
+  [[nodiscard]] std::uint64_t state_bytes_of(std::uint64_t n) const noexcept {
+    const auto z = state_sizes(state);
+    return z ? z->bytes(n) : 0;
+  }
+  /// Bytes of every subgroup's state.
+  [[nodiscard]] std::uint64_t state_bytes() const noexcept {
+    if (params == 0 || subgroup_elems == 0) return 0;
+    const std::uint64_t count = (params + subgroup_elems - 1) / subgroup_elems;
+    return (count - 1) * state_bytes_of(subgroup_elems) + state_bytes_of(params - (count - 1) * subgroup_elems);
+  }
 
-  /// Bytes per parameter of a state described as describe(state_format) does (4 for the master
-  /// weights, plus each array's element), or none when the text is not such a description.
-  [[nodiscard]] static std::optional<std::uint64_t> state_bytes_per_param(std::string_view state) {
-    std::uint64_t bytes = sizeof(float);
+  /// What a state format described as describe(state_format) does ("exp_avg:f32,exp_avg_sq:uq8")
+  /// costs: bytes per parameter (4 for the master weights, plus each array's element) and the
+  /// quantized arrays, each with one fp32 scale per block of q8_block_elems parameters.
+  struct sizes {
+    std::uint64_t per_param = sizeof(float);
+    std::uint64_t quantized = 0;
+    [[nodiscard]] std::uint64_t bytes(std::uint64_t n) const noexcept {
+      return per_param * n + quantized * sizeof(float) * ((n + q8_block_elems - 1) / q8_block_elems);
+    }
+  };
+  /// The sizes of `state`, or none when the text is not such a description.
+  [[nodiscard]] static std::optional<sizes> state_sizes(std::string_view state) {
+    sizes z;
     std::size_t arrays = 0;
     while (!state.empty()) {
       const auto comma = state.find(',');
@@ -236,17 +264,19 @@ struct checkpoint_manifest {
       if (colon == std::string_view::npos || !valid_name(item.substr(0, colon)) || ++arrays > max_state_arrays)
         return std::nullopt;
       const std::string_view element = item.substr(colon + 1);
-      if (element == to_string(state_element::f32))
-        bytes += element_bytes(state_element::f32);
-      else if (element == to_string(state_element::bf16))
-        bytes += element_bytes(state_element::bf16);
-      else
-        return std::nullopt;
+      bool known = false;
+      for (const state_element e : {state_element::f32, state_element::bf16, state_element::q8, state_element::uq8})
+        if (element == to_string(e)) {
+          z.per_param += element_bytes(e);
+          z.quantized += quantized(e) ? 1 : 0;
+          known = true;
+        }
+      if (!known) return std::nullopt;
       if (comma == std::string_view::npos) break;
       state.remove_prefix(comma + 1);
       if (state.empty()) return std::nullopt;  // a trailing comma
     }
-    return bytes;
+    return z;
   }
 
  private:

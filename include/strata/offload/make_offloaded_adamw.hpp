@@ -1,7 +1,7 @@
 #pragma once
 /// The run-time AdamW under the names it had before the engine took other rules:
 /// make_offloaded_adamw is make_offloaded_optimizer (offload/make_offloaded_optimizer.hpp) for an
-/// AdamW rule ("adamw", or "adamw-bf16" for bf16 moments), starting from AdamW's own state
+/// AdamW rule ("adamw", "adamw-bf16" for bf16 moments or "adamw-8bit" for 8-bit ones), starting from AdamW's own state
 /// (adamw_state_view, e.g. torch.optim.AdamW's); load_offloaded_adamw loads an AdamW checkpoint.
 /// Both return the same any_offloaded_optimizer (any_offloaded_adamw names it).
 
@@ -16,6 +16,7 @@
 #include "strata/exec/host_executor.hpp"
 #include "strata/offload/any_offloaded_optimizer.hpp"
 #include "strata/offload/make_offloaded_optimizer.hpp"
+#include "strata/optim/adamw_8bit_rule.hpp"
 #include "strata/optim/adamw_bf16_rule.hpp"
 #include "strata/optim/adamw_rule.hpp"
 #include "strata/optim/adamw_state.hpp"
@@ -32,8 +33,11 @@ using any_offloaded_adamw_on = any_offloaded_optimizer_on<Exec>;
 
 namespace detail {
 inline const offloaded_optimizer_config& adamw_config(const offloaded_optimizer_config& c, std::string_view who) {
-  STRATA_EXPECTS(c.rule == adamw_rule::tag || c.rule == adamw_bf16_rule::tag, config_error,
-                 "{}: update rule '{}' is not AdamW's (adamw or adamw-bf16; make_offloaded_optimizer takes any)", who,
+  STRATA_EXPECTS(c.rule == adamw_rule::tag || c.rule == adamw_bf16_rule::tag || c.rule == adamw_8bit_rule::tag,
+                 config_error,
+                 "{}: update rule '{}' is not AdamW's (adamw, adamw-bf16 or adamw-8bit; make_offloaded_optimizer takes "
+                 "any)",
+                 who,
                  c.rule);
   return c;
 }

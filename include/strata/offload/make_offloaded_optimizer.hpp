@@ -5,8 +5,8 @@
 /// optionally bandwidth-capped and, for mlp_offload's PFS path, behind a node_limiter) and the
 /// preset's optimizer of the config's update rule over it, and returns it as an
 /// any_offloaded_optimizer (offload/any_offloaded_optimizer.hpp). load_offloaded_optimizer does
-/// the same from a checkpoint. Rules: "adamw", "adamw-bf16" (options: config.adamw), "sgd"
-/// (config.sgd), "lion" (config.lion).
+/// the same from a checkpoint. Rules: "adamw", "adamw-bf16", "adamw-8bit" (options:
+/// config.adamw), "sgd" (config.sgd), "lion" (config.lion).
 
 #include <array>
 #include <chrono>
@@ -42,6 +42,7 @@
 #include "strata/offload/offload_stats.hpp"
 #include "strata/offload/any_offloaded_optimizer.hpp"
 #include "strata/offload/offloaded_adamw.hpp"
+#include "strata/offload/offloaded_adamw_8bit.hpp"
 #include "strata/offload/offloaded_adamw_bf16.hpp"
 #include "strata/offload/offloaded_lion.hpp"
 #include "strata/offload/offloaded_sgd.hpp"
@@ -92,11 +93,12 @@ struct offload_path_config {
 /// Everything make_offloaded_optimizer needs.
 struct offloaded_optimizer_config {
   std::string preset = "strata";  ///< "zero_infinity", "mlp_offload" or "strata"
-  /// The update rule: "adamw", "adamw-bf16" (AdamW with bf16 moments), "sgd" or "lion". Loading
+  /// The update rule: "adamw", "adamw-bf16" (AdamW with bf16 moments), "adamw-8bit" (with 8-bit
+  /// block-quantized moments; subgroups a multiple of 256 parameters), "sgd" or "lion". Loading
   /// a checkpoint of another rule is a config_error; empty: the checkpoint's rule (load only).
   std::string rule = "adamw";
   std::vector<offload_path_config> paths;
-  adamw_options adamw{};          ///< the options of "adamw" and "adamw-bf16"
+  adamw_options adamw{};          ///< the options of "adamw", "adamw-bf16" and "adamw-8bit"
   sgd_options sgd{};              ///< the options of "sgd"
   lion_options lion{};            ///< the options of "lion"
   offload_options offload{};      ///< the base the preset adjusts (subgroup size, budget, threads, ...)
@@ -236,9 +238,10 @@ template <class F>
 decltype(auto) with_rule(std::string_view rule, std::string_view who, F&& f) {
   if (rule == adamw_rule::tag) return f(std::type_identity<adamw_rule>{});
   if (rule == adamw_bf16_rule::tag) return f(std::type_identity<adamw_bf16_rule>{});
+  if (rule == adamw_8bit_rule::tag) return f(std::type_identity<adamw_8bit_rule>{});
   if (rule == sgd_rule::tag) return f(std::type_identity<sgd_rule>{});
   if (rule == lion_rule::tag) return f(std::type_identity<lion_rule>{});
-  throw config_error(fmt::format("{}: unknown update rule '{}' (expected adamw, adamw-bf16, sgd or lion)", who, rule));
+  throw config_error(fmt::format("{}: unknown update rule '{}' (expected adamw, adamw-bf16, adamw-8bit, sgd or lion)", who, rule));
 }
 
 /// AdamW's state as arrays by name (for the AdamW rules other than adamw_rule itself).
@@ -503,6 +506,9 @@ template <executor Exec, update_site Site>
   X(presets::zero_infinity, bandwidth_proportional, adamw_bf16_rule)     \
   X(presets::mlp_offload, fixed_ratio, adamw_bf16_rule)                  \
   X(presets::strata_preset, bandwidth_proportional, adamw_bf16_rule)     \
+  X(presets::zero_infinity, bandwidth_proportional, adamw_8bit_rule)     \
+  X(presets::mlp_offload, fixed_ratio, adamw_8bit_rule)                  \
+  X(presets::strata_preset, bandwidth_proportional, adamw_8bit_rule)     \
   X(presets::zero_infinity, bandwidth_proportional, sgd_rule)            \
   X(presets::mlp_offload, fixed_ratio, sgd_rule)                         \
   X(presets::strata_preset, bandwidth_proportional, sgd_rule)            \

@@ -51,6 +51,12 @@ struct offload_layout {
     STRATA_EXPECTS(params <= max_params, config_error,
                    "offload_layout: {} parameters is more than the {} (2^58) whose state sizes fit in 64 bits", params,
                    max_params);
+    // (a block-quantized state's blocks then never straddle subgroups, and a tensor that starts
+    // at a multiple of the block in the flat parameters starts one in its subgroup)
+    STRATA_EXPECTS(format.block() == 0 || o.subgroup_elems % format.block() == 0, config_error,
+                   "offload_layout: subgroup_elems {} is not a multiple of the {} parameters of a quantization block "
+                   "of state format '{}'",
+                   o.subgroup_elems, format.block(), describe(format));
     if (o.gradients == gradient_residency::automatic)
       return of_format(params, format, resolved_format(params, format, o));
     offload_layout l;
@@ -96,11 +102,15 @@ struct offload_layout {
   /// Parameters of the longest subgroup.
   [[nodiscard]] std::size_t max_length() const noexcept { return std::min(subgroup_elems, params); }
   /// Bytes of subgroup `s`'s state object.
-  [[nodiscard]] std::uint64_t state_bytes(std::size_t s) const noexcept {
-    return static_cast<std::uint64_t>(length(s)) * state_bytes_per_param();
+  [[nodiscard]] std::uint64_t state_bytes(std::size_t s) const noexcept { return format.state_bytes(length(s)); }
+  /// Bytes of every subgroup's state.
+  [[nodiscard]] std::uint64_t total_state_bytes() const noexcept {
+    if (subgroups() == 0) return 0;
+    return (subgroups() - 1) * state_bytes(0) + state_bytes(subgroups() - 1);
   }
-  /// Bytes of state per parameter (master weights and the rule's arrays).
-  [[nodiscard]] std::uint64_t state_bytes_per_param() const noexcept { return format.bytes_per_param(); }
+  /// Bytes of state per parameter (master weights and the rule's arrays; block scales spread
+  /// over their blocks).
+  [[nodiscard]] double state_bytes_per_param() const noexcept { return format.mean_bytes_per_param(); }
   /// Bytes of subgroup `s`'s fp32 gradient object (0 unless gradients live on the tier).
   [[nodiscard]] std::uint64_t gradient_bytes(std::size_t s) const noexcept {
     return tier_gradients ? static_cast<std::uint64_t>(length(s)) * sizeof(float) : 0;
@@ -108,7 +118,7 @@ struct offload_layout {
   /// Bytes of one host slot (the largest subgroup's state and tier gradients, which start at the
   /// next 16-byte boundary: pipeline_object::aux_offset).
   [[nodiscard]] std::uint64_t slot_bytes() const noexcept {
-    const std::uint64_t state = static_cast<std::uint64_t>(max_length()) * state_bytes_per_param();
+    const std::uint64_t state = format.state_bytes(max_length());
     return tier_gradients ? pipeline_object::aux_offset(state) + gradient_bytes(0) : state;
   }
   /// What one host slot costs a host_budget (whole pages).

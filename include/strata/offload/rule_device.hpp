@@ -6,7 +6,7 @@
 /// - host_executor<S>: the rule's CPU kernel as the executor's "device" kernel (launch), paced to
 ///   its kernel rate; every rule;
 /// - basic_cuda_executor<S> (in .cu files, compiled by nvcc): `cuda_update<R>::launch`, which
-///   the rule's .cuh header defines (optim/adamw_cuda.cuh, sgd_cuda.cuh, lion_cuda.cuh), on the
+///   the rule's .cuh header defines (optim/adamw_cuda.cuh, adamw_8bit_cuda.cuh, sgd_cuda.cuh, lion_cuda.cuh), on the
 ///   native compute stream; a rule without one has no CUDA overload and updates on the host.
 /// `rule_executor<E, R>` says whether an executor can run rule R.
 
@@ -24,6 +24,7 @@
 #include "strata/exec/cuda_executor.cuh"
 // Every shipped rule's kernel, so that an optimizer of any of them compiles to the same code in
 // every CUDA translation unit (one that included fewer would update those rules on the host).
+#include "strata/optim/adamw_8bit_cuda.cuh"
 #include "strata/optim/adamw_cuda.cuh"
 #include "strata/optim/lion_cuda.cuh"
 #include "strata/optim/sgd_cuda.cuh"

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -83,6 +84,33 @@ std::size_t adopt_chunks(float* master, const H* model, std::size_t n) {
   for (std::size_t at = 0; at < n; at += chunk) one(master + at, model + at, std::min(chunk, n - at));
   return adopted;
 }
+
+// The parts of one subgroup's step, in order, for a block-quantized state (update_rule: a block
+// is updated whole, in one call): config_error when two share a block. (The optimizer checks a
+// step's parts with it before the step changes anything.)
+class block_claims {
+ public:
+  block_claims(std::size_t block, std::size_t subgroup, std::size_t base, std::string_view rule)
+      : block_(block), subgroup_(subgroup), base_(base), rule_(rule) {}
+  // Parameters [lo, hi) (absolute) are one call's, or a part's without gradients.
+  void claim(std::size_t lo, std::size_t hi) {
+    if (block_ == 0 || lo == hi) return;
+    STRATA_EXPECTS(!any_ || (lo - base_) / block_ > (hi_ - 1 - base_) / block_, config_error,
+                   "offloaded {}: parameters [{}, {}) and [{}, {}) of subgroup {} share a quantization block of {} "
+                   "parameters, which is updated whole: start every tensor and every range of rates at a multiple "
+                   "of {} parameters",
+                   rule_, lo_, hi_, lo, hi, subgroup_, block_, block_);
+    any_ = true;
+    lo_ = lo;
+    hi_ = hi;
+  }
+
+ private:
+  std::size_t block_, subgroup_, base_;
+  std::string_view rule_;
+  bool any_ = false;
+  std::size_t lo_ = 0, hi_ = 0;
+};
 
 }  // namespace detail
 

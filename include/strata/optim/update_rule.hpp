@@ -29,15 +29,22 @@
 /// header defines (`template <G, H> static void launch(const state_view&, std::size_t at,
 /// std::size_t n, const G*, H*, const step_params&, cudaStream_t)`, the same bits as update_cpu).
 ///
-/// The engine keeps a subgroup's state as ONE object: the master weights (fp32), then each array
-/// of the format in order, back to back, each array `n` elements of its type for a subgroup of n
-/// parameters (state_format::offset). Arrays come in order of non-increasing element size, so
-/// every array is aligned to its element in a slot. A rule's step is element-wise: an update of
-/// [at, at + n) gives the same bits as an update of a larger span over the same elements.
+/// The engine keeps a subgroup's state as ONE object: the master weights (fp32), the block
+/// scales of the quantized arrays, then each array of the format in order, back to back, each
+/// array `n` elements of its type for a subgroup of n parameters (state_format::offset). Arrays
+/// come in order of non-increasing element size, so every array is aligned to its element in a
+/// slot. A rule's step is element-wise: an update of [at, at + n) gives the same bits as an
+/// update of a larger span over the same elements. A rule with block-quantized arrays
+/// (state_format::block() > 0) is element-wise per block instead: an update of [at, at + n)
+/// rescales every block it touches, so the engine makes one call per block (no two calls of a
+/// step share a block: config_error otherwise), and parameters of a touched block outside the
+/// span keep their values up to the block's new scale (exactly when they are 0).
 
 #include <algorithm>
-#include <cmath>
 #include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -55,20 +62,34 @@
 #include "strata/core/thread_pool.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
+#include "strata/optim/adamw_math.hpp"
 #include "strata/optim/element_types.hpp"
 #include "strata/optim/param_steps.hpp"
+#include "strata/optim/quant8.hpp"
 #include "strata/optim/step_rates.hpp"
 
 namespace strata {
 
-/// The element type of one state array.
-enum class state_element : std::uint8_t { f32, bf16 };
+/// The element type of one state array: fp32, bf16, or 8-bit codes of a block-quantized array
+/// (optim/quant8.hpp) with the signed map (q8: values of either sign) or the unsigned one (uq8:
+/// values never negative), each block of the array with one fp32 scale.
+enum class state_element : std::uint8_t { f32, bf16, q8, uq8 };
 
-/// Bytes of one element of type `e`.
-[[nodiscard]] constexpr std::size_t element_bytes(state_element e) noexcept { return e == state_element::f32 ? 4 : 2; }
-/// The element's name as checkpoints record it ("f32", "bf16").
+/// Bytes of one element of type `e` (a quantized array's code; its scales are apart).
+[[nodiscard]] constexpr std::size_t element_bytes(state_element e) noexcept {
+  return e == state_element::f32 ? 4 : e == state_element::bf16 ? 2 : 1;
+}
+/// Whether `e` is block-quantized.
+[[nodiscard]] constexpr bool quantized(state_element e) noexcept {
+  return e == state_element::q8 || e == state_element::uq8;
+}
+/// The element's name as checkpoints record it ("f32", "bf16", "q8", "uq8").
 [[nodiscard]] constexpr std::string_view to_string(state_element e) noexcept {
-  return e == state_element::f32 ? "f32" : "bf16";
+  return e == state_element::f32 ? "f32" : e == state_element::bf16 ? "bf16" : e == state_element::q8 ? "q8" : "uq8";
+}
+/// The quantization map of a quantized element.
+[[nodiscard]] constexpr const q8_map& map_of(state_element e) noexcept {
+  return e == state_element::q8 ? q8_signed_map : q8_unsigned_map;
 }
 
 /// One state array of a rule.
@@ -83,7 +104,10 @@ struct state_array {
 inline constexpr std::size_t max_state_arrays = 4;
 
 /// The arrays a rule keeps per parameter besides the fp32 master weights, in the order they are
-/// laid out.
+/// laid out. A subgroup of n parameters is one object: the master weights (n floats), then the
+/// scales of each quantized array in order (one float per block of q8_block_elems parameters),
+/// then each array's elements in order (n of its type). Arrays come in order of non-increasing
+/// element size, so every part is aligned to its element in a slot.
 struct state_format {
   std::array<state_array, max_state_arrays> arrays{};
   std::size_t count = 0;
@@ -93,15 +117,43 @@ struct state_format {
     for (const auto& x : a) arrays[count++] = x;
   }
   [[nodiscard]] constexpr std::span<const state_array> items() const noexcept { return {arrays.data(), count}; }
-  /// Bytes of state per parameter, master included.
+  /// Bytes of the per-parameter parts a parameter has (master included, block scales not).
   [[nodiscard]] constexpr std::size_t bytes_per_param() const noexcept {
     std::size_t b = sizeof(float);
     for (std::size_t i = 0; i < count; ++i) b += element_bytes(arrays[i].element);
     return b;
   }
-  /// Byte offset of array `i` (0-based among the rule's arrays) in the state of n parameters.
-  [[nodiscard]] constexpr std::size_t offset(std::size_t i, std::size_t n) const noexcept {
+  /// Whether any array is block-quantized.
+  [[nodiscard]] constexpr bool quantized() const noexcept {
+    for (std::size_t i = 0; i < count; ++i)
+      if (strata::quantized(arrays[i].element)) return true;
+    return false;
+  }
+  /// Parameters per block of the quantized arrays (0 when there are none): updates of parameters
+  /// sharing a block must happen in one call (see update_rule).
+  [[nodiscard]] constexpr std::size_t block() const noexcept { return quantized() ? q8_block_elems : 0; }
+  /// Bytes of the state of n parameters.
+  [[nodiscard]] constexpr std::size_t state_bytes(std::size_t n) const noexcept {
+    return offset(count, n);
+  }
+  /// Bytes a parameter costs on average over many (block scales spread over their blocks).
+  [[nodiscard]] constexpr double mean_bytes_per_param() const noexcept {
+    double b = static_cast<double>(bytes_per_param());
+    for (std::size_t i = 0; i < count; ++i)
+      if (strata::quantized(arrays[i].element)) b += static_cast<double>(sizeof(float)) / q8_block_elems;
+    return b;
+  }
+  /// Byte offset of the scales of array `i` (a quantized one) in the state of n parameters.
+  [[nodiscard]] constexpr std::size_t scale_offset(std::size_t i, std::size_t n) const noexcept {
     std::size_t b = sizeof(float) * n;
+    for (std::size_t j = 0; j < i; ++j)
+      if (strata::quantized(arrays[j].element)) b += sizeof(float) * q8_blocks(n);
+    return b;
+  }
+  /// Byte offset of array `i`'s elements (0-based among the rule's arrays) in the state of n
+  /// parameters; offset(count, n) is the state's size.
+  [[nodiscard]] constexpr std::size_t offset(std::size_t i, std::size_t n) const noexcept {
+    std::size_t b = scale_offset(count, n);
     for (std::size_t j = 0; j < i; ++j) b += element_bytes(arrays[j].element) * n;
     return b;
   }
@@ -128,17 +180,25 @@ struct state_format {
   }
 };
 
-/// Where a subgroup's state is (host or device memory): the master weights and each array's first
-/// element; an update of [at, at + n) offsets each by `at` elements of its type.
+/// Where a subgroup's state is (host or device memory): its parameter count, the master weights,
+/// each array's first element and each quantized array's first block scale; an update of
+/// [at, at + n) offsets each by `at` elements of its type (the scales: by the blocks before
+/// `at`'s).
 struct state_view {
   float* master = nullptr;
-  std::byte* arrays[max_state_arrays] = {};  // a plain array: device code indexes it too
+  std::byte* arrays[max_state_arrays] = {};  // plain arrays: device code indexes them too
+  float* scales[max_state_arrays] = {};      // null for an array that is not quantized
+  std::size_t count = 0;                     // parameters of the state (a block rule's last block ends here)
 
   /// The view of the state of n parameters laid out by `f` from `base`.
   [[nodiscard]] static state_view of(std::byte* base, const state_format& f, std::size_t n) noexcept {
     state_view v;
     v.master = reinterpret_cast<float*>(base);
-    for (std::size_t i = 0; i < f.count; ++i) v.arrays[i] = base + f.offset(i, n);
+    v.count = n;
+    for (std::size_t i = 0; i < f.count; ++i) {
+      v.arrays[i] = base + f.offset(i, n);
+      if (quantized(f.arrays[i].element)) v.scales[i] = reinterpret_cast<float*>(base + f.scale_offset(i, n));
+    }
     return v;
   }
   /// Array i as elements of T, from element `at`.
@@ -147,6 +207,61 @@ struct state_view {
     return reinterpret_cast<T*>(arrays[i]) + at;
   }
 };
+
+/// Array `a` of the state `v` (laid out by `f`) widened to fp32 into out (v.count values; a
+/// quantized array dequantized: map value times block scale).
+inline void read_state_array(const state_view& v, const state_format& f, std::size_t a, std::span<float> out) {
+  STRATA_ASSERT(a < f.count && out.size() == v.count);
+  const state_element e = f.arrays[a].element;
+  if (e == state_element::f32) {
+    std::memcpy(out.data(), v.arrays[a], v.count * sizeof(float));
+  } else if (e == state_element::bf16) {
+    for (std::size_t i = 0; i < v.count; ++i) {
+      bf16 h;
+      std::memcpy(&h, v.arrays[a] + i * sizeof(bf16), sizeof(bf16));
+      out[i] = static_cast<float>(h);
+    }
+  } else {
+    const q8_map& map = map_of(e);
+    const auto* codes = v.array<const std::uint8_t>(a);
+    for (std::size_t i = 0; i < v.count; ++i)
+      out[i] = detail::fp::fmul(map.value[codes[i]], v.scales[a][i / q8_block_elems]);
+  }
+}
+
+/// Writes `values` (v.count fp32 values; empty: zeros) into array `a` of the state `v` (laid out
+/// by `f`): as they are (f32), rounded to nearest even (bf16), or quantized block by block as the
+/// kernels store them (q8, uq8: absmax scale, nearest code).
+inline void write_state_array(const state_view& v, const state_format& f, std::size_t a,
+                              std::span<const float> values) {
+  STRATA_ASSERT(a < f.count && (values.empty() || values.size() == v.count));
+  const state_element e = f.arrays[a].element;
+  const std::size_t n = v.count;
+  if (e == state_element::f32) {
+    if (values.empty())
+      std::memset(v.arrays[a], 0, n * sizeof(float));
+    else
+      std::memcpy(v.arrays[a], values.data(), n * sizeof(float));
+  } else if (e == state_element::bf16) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const bf16 h(values.empty() ? 0.0f : values[i]);
+      std::memcpy(v.arrays[a] + i * sizeof(bf16), &h, sizeof(bf16));
+    }
+  } else {
+    const q8_map& map = map_of(e);
+    auto* codes = v.array<std::uint8_t>(a);
+    for (std::size_t b = 0; b < q8_blocks(n); ++b) {
+      const std::size_t lo = b * q8_block_elems, hi = std::min(n, lo + q8_block_elems);
+      std::uint32_t bits = 0;
+      if (!values.empty())
+        for (std::size_t i = lo; i < hi; ++i) bits = std::max(bits, q8_abs_bits(values[i]));
+      const float scale = std::bit_cast<float>(bits);
+      v.scales[a][b] = scale;
+      for (std::size_t i = lo; i < hi; ++i)
+        codes[i] = bits == 0 ? map.zero : q8_encode(map.threshold, detail::fp::fdiv(values[i], scale));
+    }
+  }
+}
 
 /// What one step of one range of parameters is: its count (1-based, as torch's state['step'] after
 /// its increment), learning rate and weight decay (a scheduler's and a param group's), the

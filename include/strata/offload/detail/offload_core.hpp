@@ -319,19 +319,11 @@ class offload_core {
                    strata::describe(layout_.format));
     STRATA_EXPECTS(out.size() == layout_.params, config_error, "offloaded_{}::read_state: span of {} for {} parameters",
                    Rule::tag, out.size(), layout_.params);
-    const state_element e = layout_.format.arrays[a].element;
     visit_arrays([&](std::size_t s, const float* state) {
-      const std::size_t n = length(s);
-      const std::byte* from = reinterpret_cast<const std::byte*>(state) + layout_.format.offset(a, n);
-      if (e == state_element::f32) {
-        std::memcpy(out.data() + begin(s), from, n * sizeof(float));
-      } else {
-        for (std::size_t i = 0; i < n; ++i) {
-          bf16 h;
-          std::memcpy(&h, from + i * sizeof(bf16), sizeof(bf16));
-          out[begin(s) + i] = static_cast<float>(h);
-        }
-      }
+      // (read only: the view is not const because kernels write through it)
+      const state_view v = state_view::of(reinterpret_cast<std::byte*>(const_cast<float*>(state)), layout_.format,
+                                          length(s));
+      read_state_array(v, layout_.format, a, out.subspan(begin(s), length(s)));
     });
   }
   /// Copies the first and second moments into `m` and `v` (size() elements each).
@@ -722,19 +714,10 @@ class offload_core {
     write_initial_state([&](std::size_t s, std::span<std::byte> state) {
       const std::size_t n = length(s);
       master_of(s, reinterpret_cast<float*>(state.data()));
+      const state_view v = state_view::of(state.data(), layout_.format, n);
       for (std::size_t a = 0; a < layout_.format.count; ++a) {
-        std::byte* to = state.data() + layout_.format.offset(a, n);
         const std::span<const float> from = existing.arrays[a];
-        if (from.empty()) {
-          std::memset(to, 0, n * element_bytes(layout_.format.arrays[a].element));
-        } else if (layout_.format.arrays[a].element == state_element::f32) {
-          std::memcpy(to, from.data() + begin(s), n * sizeof(float));
-        } else {  // rounded to nearest even, as the kernels store it
-          for (std::size_t i = 0; i < n; ++i) {
-            const bf16 h(from[begin(s) + i]);
-            std::memcpy(to + i * sizeof(bf16), &h, sizeof(bf16));
-          }
-        }
+        write_state_array(v, layout_.format, a, from.empty() ? from : from.subspan(begin(s), n));
       }
     });
     step_count_ = existing.step;
@@ -958,6 +941,34 @@ class offload_core {
       return {};
     }
   };
+  // A block-quantized state is updated a whole block at a time (update_rule): refuses, before the
+  // step changes anything, one whose parts (tensors, with or without gradients, and the pieces of
+  // one rate and step count within them) would share a block.
+  template <class Src>
+  void check_blocks(const Src& pieces, const rule_constants<Rule>& k) const {
+    const std::size_t block = layout_.format.block();
+    if (block == 0) return;
+    for (std::size_t s = 0; s < layout_.subgroups(); ++s) {
+      detail::block_claims claims(block, s, begin(s), Rule::tag);
+      const auto part = [&](std::size_t lo, std::size_t hi, bool has_grads) {
+        if (!has_grads) return claims.claim(lo, hi);
+        k.for_each_piece(lo, hi - lo, [&](std::size_t off, std::size_t len, const typename Rule::step_params&) {
+          claims.claim(lo + off, lo + off + len);
+        });
+      };
+      const std::size_t lo = begin(s), hi = lo + length(s);
+      if (!pieces.from_tensors) {
+        part(lo, hi, true);
+        continue;
+      }
+      using T = typename decltype(pieces.tensors)::value_type;
+      auto it = std::upper_bound(pieces.tensors.begin(), pieces.tensors.end(), lo,
+                                 [](std::size_t v, const T& t) { return v < t.first + t.count; });
+      for (; it != pieces.tensors.end() && it->first < hi; ++it)
+        part(std::max(lo, it->first), std::min(hi, it->first + it->count), !it->grad.empty());
+    }
+  }
+
   template <class G, class H>
   piece_source<G, H> stored() {
     return {{}, &s_->intake, &layout_};
@@ -1098,6 +1109,7 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
     if (decision_.skip) return skip_step(norms);
   }
   rule_constants<Rule> k(options_, rates, steps_, scaler_.inv_scale(), decision_.clip);
+  if (!partial_) check_blocks(pieces, k);
   const std::size_t n = layout_.subgroups();
   const auto order = order_of(order_, step_count_, n);
   const auto next = order_of(order_, step_count_ + 1, n);
@@ -1172,6 +1184,7 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
 // The step of an optimizer on host_executor<> is compiled once per shipped rule, in
 // cmake/strata_instances.cpp (see STRATA_EXTERN_TEMPLATES in core/config.hpp), not in every
 // translation unit that steps one.
+#include "strata/optim/adamw_8bit_rule.hpp"
 #include "strata/optim/adamw_bf16_rule.hpp"
 #include "strata/optim/lion_rule.hpp"
 #include "strata/optim/sgd_rule.hpp"
@@ -1184,10 +1197,12 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
 #define STRATA_OFFLOAD_INSTANCES(EXTERN)                                                                     \
   EXTERN template class offload_core<host_executor<>, adamw_rule>;                                          \
   EXTERN template class offload_core<host_executor<>, adamw_bf16_rule>;                                     \
+  EXTERN template class offload_core<host_executor<>, adamw_8bit_rule>;                                     \
   EXTERN template class offload_core<host_executor<>, sgd_rule>;                                            \
   EXTERN template class offload_core<host_executor<>, lion_rule>;                                           \
   STRATA_ADAMW_TYPE_PAIRS_WITH(STRATA_OFFLOAD_RUN_STEP_OF, EXTERN, adamw_rule)                              \
   STRATA_ADAMW_TYPE_PAIRS_WITH(STRATA_OFFLOAD_RUN_STEP_OF, EXTERN, adamw_bf16_rule)                         \
+  STRATA_ADAMW_TYPE_PAIRS_WITH(STRATA_OFFLOAD_RUN_STEP_OF, EXTERN, adamw_8bit_rule)                         \
   STRATA_ADAMW_TYPE_PAIRS_WITH(STRATA_OFFLOAD_RUN_STEP_OF, EXTERN, sgd_rule)                                \
   STRATA_ADAMW_TYPE_PAIRS_WITH(STRATA_OFFLOAD_RUN_STEP_OF, EXTERN, lion_rule)
 namespace strata::detail {
