@@ -170,7 +170,7 @@ def main():
     final = abs(s_losses[-1] - t_losses[-1]) / abs(t_losses[-1])
     print(f"loss: first {s_losses[0]:.4f}, last {s_losses[-1]:.4f} (torch {t_losses[-1]:.4f}, final relative "
           f"difference {final:.2e}); largest relative difference over the curve {worst:.2e} (tolerance "
-          f"{args.tolerance:g} with fp32 states, {args.final_tolerance:g} on the final loss with bf16)")
+          f"{args.tolerance:g} with fp32 states, {args.final_tolerance:g} on the final loss with bf16 or int8)")
     if tmp is not None:
         tmp.cleanup()
     if not s_losses[-1] < s_losses[0]:
