@@ -1,8 +1,8 @@
 // strata-bench membw: host memory bandwidth with two kernels, same threads, same run:
 //  - memcpy: one read and one write stream per thread (read + write counted);
 //  - adamw streams: the CPU AdamW update's eight streams without its arithmetic
-//    (adamw_streams.hpp: read p, m, v and the gradient, write p, m, v and the bf16 model copy),
-//    which is the bound `strata-bench adamw` divides by.
+//    (rule_streams.hpp, the kernels' way: read p, m, v and the gradient, write p, m, v and the
+//    bf16 model copy), one of the ways `strata-bench adamw` takes the fastest of for its bound.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -14,10 +14,11 @@
 #include <strata/core/thread_pool.hpp>
 #include <strata/core/units.hpp>
 #include <strata/optim/adamw_cpu.hpp>
+#include <strata/optim/adamw_rule.hpp>
 
-#include "adamw_streams.hpp"
 #include "cli.hpp"
 #include "report.hpp"
+#include "rule_streams.hpp"
 
 namespace strata::bench {
 namespace {
@@ -27,15 +28,16 @@ template <class G>
 double adamw_streams_GBps(std::uint64_t bytes, std::size_t threads, int reps) {
   constexpr std::uint64_t per_param = 24 + sizeof(G) + 2;
   const std::uint64_t n = std::max<std::uint64_t>(bytes / per_param, 1);
-  aligned_buffer pb(n * 4, 64, buffer_init::zeroed), mb(n * 4, 64, buffer_init::zeroed),
-      vb(n * 4, 64, buffer_init::zeroed), gb(n * sizeof(G), 64, buffer_init::zeroed),
+  const state_format f = adamw_rule::format(adamw_options{});
+  aligned_buffer sb(f.state_bytes(n), 64, buffer_init::zeroed), gb(n * sizeof(G), 64, buffer_init::zeroed),
       ob(n * 2, 64, buffer_init::zeroed);
+  const state_view v = state_view::of(sb.data(), f, n);
   thread_pool pool(threads, "membw");
   double best = 1e30;
   for (int r = 0; r <= reps; ++r) {  // repetition 0 warms up
     const auto t0 = std::chrono::steady_clock::now();
-    adamw_streams_cpu(pb.as<float>(), mb.as<float>(), vb.as<float>(), std::span<const G>(gb.as<G>()), ob.as<bf16>(),
-                      &pool, adamw_default_tile_elems, cpu_isa::automatic);
+    rule_streams_cpu<G, bf16>(v, f, std::span<const G>(gb.as<G>()), ob.as<bf16>(), &pool, adamw_default_tile_elems,
+                              cpu_isa::automatic);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0) best = std::min(best, s);
   }
