@@ -12,10 +12,12 @@
 // these bytes.
 //
 // A bound that the update beats is no bound, so there is more than one way: with the kernels'
-// software prefetches or without, and with ordinary stores of state (as the kernels) or
-// non-temporal ones. `strata-bench adamw` times every way in turn with the update and divides
-// by the fastest: update time / that time is a real efficiency (<= 1 up to noise) as long as no
-// other way of moving the same bytes is faster, which the benchmarks keep looking for.
+// software prefetches or without, with ordinary stores of state (as the kernels) or
+// non-temporal ones, with the kernels' schedule of tiles or a static one. `strata-bench adamw`
+// times every way in turn with the update and divides by the fastest: update time / that time is
+// a real efficiency (<= 1 up to noise) as long as no other way of moving the same bytes is
+// faster, which the benchmarks keep looking for (adamw_vs_deepspeed.sh holds DeepSpeed's CPU
+// Adam to it too).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -38,14 +40,21 @@ namespace strata::bench {
 struct streams_way {
   bool prefetch = true;       ///< the kernels' software prefetches, a line 512 elements ahead per stream
   bool stream_state = false;  ///< non-temporal stores of the master weights and arrays (the kernels: ordinary)
+  /// Each thread one contiguous share of the span and nothing else (an OpenMP static schedule, as
+  /// DeepSpeed's CPU Adam has), instead of the kernels' parallel_tiles (a share each, walked tile
+  /// by tile, then the others' tiles taken as they come).
+  bool contiguous = false;
 };
 
 /// Every way rule_streams_cpu knows, the kernels' own first.
-inline constexpr streams_way streams_ways[] = {{true, false}, {false, false}, {true, true}, {false, true}};
+inline constexpr streams_way streams_ways[] = {{true, false, false}, {false, false, false}, {true, true, false},
+                                               {false, true, false}, {true, false, true},  {false, false, true},
+                                               {true, true, true},   {false, true, true}};
 
-/// "prefetch", "no-prefetch", "prefetch+nt-state", "no-prefetch+nt-state".
+/// "prefetch", "no-prefetch", "prefetch+nt-state", ..., with "+contiguous" for contiguous shares.
 inline std::string to_string(streams_way w) {
-  return std::string(w.prefetch ? "prefetch" : "no-prefetch") + (w.stream_state ? "+nt-state" : "");
+  return std::string(w.prefetch ? "prefetch" : "no-prefetch") + (w.stream_state ? "+nt-state" : "") +
+         (w.contiguous ? "+contiguous" : "");
 }
 
 namespace streams_detail {
@@ -176,15 +185,21 @@ void run_tiles(const state_view& v, const state_format& f, std::size_t n, const 
   const bool quantized = f.quantized();
   // A block's scale belongs to one tile: tiles are whole blocks for quantized formats.
   if (quantized) tile = (tile + q8_block_elems - 1) / q8_block_elems * q8_block_elems;
-  strata::detail::parallel_tiles(n, tile, pool, [&](std::size_t b, std::size_t e) {
-    fn(v.master + b, g + b, out == nullptr ? nullptr : out + b, e - b, (v.array<A>(I) + b)...);
-    if (!quantized) return;
-    for (std::size_t k = 0; k < f.count; ++k) {
-      if (v.scales[k] == nullptr) continue;
-      for (std::size_t blk = b / q8_block_elems; blk < (e + q8_block_elems - 1) / q8_block_elems; ++blk) {
-        float s = v.scales[k][blk];
-        __asm__ volatile("" : STRATA_BENCH_FLOAT_REG(s));
-        v.scales[k][blk] = s;
+  // Contiguous: one share a thread (whole tiles), each walked tile by tile.
+  const std::size_t threads = pool == nullptr ? 1 : std::max<std::size_t>(pool->size(), 1);
+  const std::size_t share = w.contiguous ? ((n + threads - 1) / threads + tile - 1) / tile * tile : tile;
+  strata::detail::parallel_tiles(n, share, pool, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t b = lo; b < hi; b += tile) {
+      const std::size_t e = std::min(hi, b + tile);
+      fn(v.master + b, g + b, out == nullptr ? nullptr : out + b, e - b, (v.array<A>(I) + b)...);
+      if (!quantized) continue;
+      for (std::size_t k = 0; k < f.count; ++k) {
+        if (v.scales[k] == nullptr) continue;
+        for (std::size_t blk = b / q8_block_elems; blk < (e + q8_block_elems - 1) / q8_block_elems; ++blk) {
+          float s = v.scales[k][blk];
+          __asm__ volatile("" : STRATA_BENCH_FLOAT_REG(s));
+          v.scales[k][blk] = s;
+        }
       }
     }
   });

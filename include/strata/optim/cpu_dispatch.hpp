@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <vector>
 
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
@@ -89,10 +90,14 @@ namespace detail {
 
 /// Runs f(begin, end) over [0, n) in tiles of `tile` elements: on the calling thread, helped by
 /// up to pool->size() - 1 of the pool's workers (so at most pool->size() threads work).
-/// Tiles are claimed from an atomic counter; the call returns when every tile is done. A helper
-/// that starts after the last tile was claimed does nothing, so calling this from a worker of
-/// the same pool cannot deadlock. The first exception thrown by f is rethrown here (tiles not yet
-/// claimed are then skipped).
+/// The tiles are cut into one contiguous share per thread; each thread walks its own share tile
+/// by tile, then helps with the others' (claiming their next tiles), so a thread's memory streams
+/// stay sequential across tiles (hardware prefetchers keep their streams: measured faster than
+/// claiming every tile from one counter, where a thread's next tile is wherever the counter is)
+/// and a late or slow thread's tiles are still taken by the others. The call returns when every
+/// tile is done. A helper that starts after the last tile was claimed does nothing, so calling
+/// this from a worker of the same pool cannot deadlock. The first exception thrown by f is
+/// rethrown here (tiles not yet claimed are then skipped).
 template <class F>
 void parallel_tiles(std::size_t n, std::size_t tile, thread_pool* pool, F&& f) {
   STRATA_EXPECTS(tile > 0, config_error, "tile size must be positive");
@@ -103,28 +108,40 @@ void parallel_tiles(std::size_t n, std::size_t tile, thread_pool* pool, F&& f) {
     for (std::size_t b = 0; b < n; b += tile) f(b, std::min(n, b + tile));
     return;
   }
-  struct shared {
+  const std::size_t shares = helpers + 1;
+  struct alignas(64) share_counter {  // one cache line each: the threads claim from different shares
     std::atomic<std::size_t> next{0};
+  };
+  struct shared {
+    explicit shared(std::size_t k) : next(k) {}
+    std::atomic<std::size_t> joined{0};
+    std::vector<share_counter> next;  // tiles claimed from each share
     std::atomic<std::size_t> done{0};
     std::atomic<bool> failed{false};
     std::mutex error_mutex;
     std::exception_ptr error;
   };
-  auto s = std::make_shared<shared>();
-  // Claims and runs tiles until none is left. f is dereferenced only after a successful claim,
-  // which happens before the caller can see done == tiles and return.
-  auto work = [s, n, tile, tiles, fp = &f]() noexcept {
-    for (;;) {
-      const std::size_t t = s->next.fetch_add(1, std::memory_order_relaxed);
-      if (t >= tiles) return;
-      try {
-        if (!s->failed.load(std::memory_order_relaxed)) (*fp)(t * tile, std::min(n, (t + 1) * tile));
-      } catch (...) {
-        std::lock_guard lock(s->error_mutex);
-        if (!s->error) s->error = std::current_exception();
-        s->failed.store(true, std::memory_order_relaxed);
+  auto s = std::make_shared<shared>(shares);
+  // Claims and runs tiles until none is left: its own share first, then the next ones in turn.
+  // f is dereferenced only after a successful claim, which happens before the caller can see
+  // done == tiles and return.
+  auto work = [s, n, tile, tiles, shares, fp = &f]() noexcept {
+    const std::size_t me = s->joined.fetch_add(1, std::memory_order_relaxed) % shares;
+    for (std::size_t k = 0; k < shares; ++k) {
+      const std::size_t c = (me + k) % shares;
+      const std::size_t first = c * tiles / shares, end = (c + 1) * tiles / shares;
+      for (;;) {
+        const std::size_t t = first + s->next[c].next.fetch_add(1, std::memory_order_relaxed);
+        if (t >= end) break;
+        try {
+          if (!s->failed.load(std::memory_order_relaxed)) (*fp)(t * tile, std::min(n, (t + 1) * tile));
+        } catch (...) {
+          std::lock_guard lock(s->error_mutex);
+          if (!s->error) s->error = std::current_exception();
+          s->failed.store(true, std::memory_order_relaxed);
+        }
+        if (s->done.fetch_add(1, std::memory_order_acq_rel) + 1 == tiles) s->done.notify_all();
       }
-      if (s->done.fetch_add(1, std::memory_order_acq_rel) + 1 == tiles) s->done.notify_all();
     }
   };
   for (std::size_t h = 0; h < helpers; ++h) (void)pool->submit(work);
