@@ -3,7 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <mutex>
+#include <stdexcept>
 #include <vector>
+
+#include <strata/tier/detail/adaptor_base.hpp>
+#include <strata/tier/host_tier.hpp>
 
 #include <strata/tier/checksummed.hpp>
 #include <strata/tier/faulty.hpp>
@@ -14,6 +19,64 @@
 namespace checksummed_test {
 
 using namespace strata_test;
+
+// Writes reach the host tier at once but complete only when the test lets them (or fails them).
+class held_writes : public strata::detail::adaptor_base<strata::host_tier> {
+ public:
+  held_writes() : adaptor_base(std::in_place, strata::host_tier_options{.name = "held"}) {}
+  strata::completion write(std::string_view o, std::uint64_t off, std::span<const std::byte> src) {
+    inner_.write(o, off, src).get();
+    strata::completion_promise p;
+    auto f = p.get_future();
+    std::lock_guard l(m_);
+    held_.push_back(std::move(p));
+    return f;
+  }
+  strata::completion read(std::string_view o, std::uint64_t off, std::span<std::byte> dst) {
+    return inner_.read(o, off, dst);
+  }
+  std::size_t held() {
+    std::lock_guard l(m_);
+    return held_.size();
+  }
+  void release(std::exception_ptr e = nullptr) {
+    std::vector<strata::completion_promise> list;
+    {
+      std::lock_guard l(m_);
+      list.swap(held_);
+    }
+    for (auto& p : list) p.complete(e);
+  }
+
+ private:
+  std::mutex m_;
+  std::vector<strata::completion_promise> held_;
+};
+static_assert(strata::tier<held_writes>);
+
+TEST_CASE("a checksummed write reaches the inner tier at once and completes, checksums recorded, only with it") {
+  strata::checksummed<held_writes> t(strata::checksum_options{.block_bytes = 4096});
+  const auto data = random_bytes(5 * 4096 + 100, 11);  // whole blocks and a short last one
+  auto w = t.write("o", 0, data);
+  CHECK(t.inner().held() == 1);  // issued before the bytes are hashed (that runs beside the write)
+  CHECK_FALSE(w.ready());
+  CHECK_FALSE(t.checksums("o").has_value());
+  t.inner().release();
+  w.get();
+  const auto sums = t.checksums("o");
+  REQUIRE(sums.has_value());
+  CHECK(sums->size == data.size());
+  CHECK(sums->blocks.size() == 6);
+  std::vector<std::byte> back(data.size());
+  t.read("o", 0, back).get();
+  CHECK(back == data);
+
+  // A failed inner write records nothing: the checksums stay as they were.
+  auto w2 = t.write("o", 0, random_bytes(4096, 12));
+  t.inner().release(std::make_exception_ptr(std::runtime_error("device gone")));
+  CHECK_THROWS_WITH(w2.get(), doctest::Contains("device gone"));
+  CHECK(t.checksums("o") == sums);
+}
 
 TEST_CASE("checksummed tiers complete writes that cut checksum blocks with the verified bytes around them") {
   temp_dir dir;

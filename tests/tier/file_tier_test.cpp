@@ -117,6 +117,7 @@ void check_fallback(const fs::path& dir, strata::file_syscalls calls) {
   o.syscalls = calls;
   strata::file_tier t(o);
   CHECK_FALSE(t.direct_io());
+  CHECK(t.cpu_copies());  // buffered: the io_uring engine hands every transfer to kernel workers
   for (int i = 0; i < 5; ++i) {
     const auto data = random_bytes(5000 + i, i);
     t.write(fmt::format("o{}", i), 0, data).get();
@@ -141,7 +142,7 @@ TEST_CASE("a filesystem that refuses O_DIRECT gets buffered I/O, reported once")
   }
 }
 
-TEST_CASE("/dev/shm works whether or not its kernel takes O_DIRECT, and the root filesystem takes it") {
+TEST_CASE("/dev/shm works whether or not its kernel takes O_DIRECT, its transfers are CPU copies, and the root filesystem takes O_DIRECT") {
   notice_capture notes;
   temp_dir shm("/dev/shm", "shm");
   strata::file_tier t(file_opts(shm.path(), strata::io_backend::automatic, strata::unlimited_capacity, "shm"));
@@ -151,11 +152,13 @@ TEST_CASE("/dev/shm works whether or not its kernel takes O_DIRECT, and the root
   t.read("x", 0, back).get();
   CHECK(back == data);
   CHECK(notes.count() == (t.direct_io() ? 0U : 1U));
+  CHECK(t.cpu_copies());  // tmpfs copies even under O_DIRECT: never inline in the caller's thread
   const std::string mode = t.direct_io() ? "yes" : "no (buffered fallback)";
   MESSAGE("/dev/shm O_DIRECT: " << mode);
   temp_dir disk;
   strata::file_tier d(file_opts(disk.path(), strata::io_backend::automatic, strata::unlimited_capacity));
   CHECK(d.direct_io());
+  CHECK_FALSE(d.cpu_copies());
 }
 
 TEST_CASE("unaligned overwrites keep the neighbouring bytes (read-modify-write of edge blocks)") {

@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -146,6 +147,7 @@ class file_tier {
         lock_ = directory_lock(opts_.directory, fmt::format("file_tier '{}'", opts_.name), opts_.scope);
       journal_ = detail::object_journal(opts_.directory, opts_.scope, made);
       direct_ = opts_.direct && probe_direct_io();
+      cpu_copies_ = !direct_ || memory_filesystem(opts_.directory);
       scan_existing();
       engine_ = make_engine();
     } catch (...) {
@@ -331,6 +333,10 @@ class file_tier {
 
   /// Whether O_DIRECT is in use (false after a fallback to buffered I/O).
   [[nodiscard]] bool direct_io() const noexcept { return direct_; }
+  /// Whether every transfer is a copy by the CPU (buffered I/O, or a memory filesystem such as
+  /// tmpfs, whose O_DIRECT copies too). The io_uring engine then hands transfers to the kernel's
+  /// workers, so that a caller issuing a read or write is never held for the copy.
+  [[nodiscard]] bool cpu_copies() const noexcept { return cpu_copies_; }
   /// The engine in use: "io_uring" or "posix".
   [[nodiscard]] std::string_view engine() const noexcept { return engine_->name(); }
   /// The directory holding the objects.
@@ -516,6 +522,7 @@ class file_tier {
     op->len = len;
     op->offset = off;
     op->allow_eof = allow_eof;
+    op->cpu_copy = cpu_copies_;
     op->done = std::forward<Done>(done);
     engine_->submit(std::move(op));
   }
@@ -679,6 +686,14 @@ class file_tier {
     if (err != EINVAL) throw io_error("open (O_DIRECT probe)", probe, err);
     return no_direct_io();
   }
+  // tmpfs and ramfs: their pages are the medium, so every transfer is a memcpy.
+  static bool memory_filesystem(const std::filesystem::path& dir) {
+    struct statfs st {};
+    if (::statfs(dir.c_str(), &st) != 0) throw io_error("statfs", dir, errno);
+    constexpr auto tmpfs_magic = 0x01021994;  // TMPFS_MAGIC, linux/magic.h
+    constexpr auto ramfs_magic = 0x858458f6;  // RAMFS_MAGIC
+    return st.f_type == tmpfs_magic || st.f_type == static_cast<decltype(st.f_type)>(ramfs_magic);
+  }
   bool no_direct_io() {
     notice(fmt::format("file_tier '{}': {} does not support O_DIRECT; using buffered I/O", opts_.name,
                        opts_.directory.string()));
@@ -808,6 +823,7 @@ class file_tier {
   std::set<std::string, std::less<>> foreign_;  // files with object names that are not ours (mutex_)
   std::shared_ptr<fd_slots> fd_slots_ = std::make_shared<fd_slots>();  // shared with open descriptors
   bool direct_ = true;
+  bool cpu_copies_ = false;  // see cpu_copies()
   std::atomic<bool> fallocate_supported_{true};
   mutable std::mutex mutex_;
   std::map<std::string, std::uint64_t, std::less<>> sizes_;

@@ -66,6 +66,11 @@ struct raw_io {
   std::size_t len = 0;
   std::uint64_t offset = 0;
   bool allow_eof = false;
+  /// The transfer is a CPU copy in the kernel (buffered I/O through the page cache, or any I/O on
+  /// a memory filesystem, whose O_DIRECT copies too). io_uring runs such a copy inline, in the
+  /// thread that submits it (a pipeline's driver, blocked ~10 ms per 100 MB), unless the operation
+  /// goes to the kernel's async workers.
+  bool cpu_copy = false;
   std::size_t done_bytes = 0;  // progress, owned by the engine
   std::shared_ptr<void> keep_alive;  // what must outlive the transfer (fd, buffers)
   std::function<void(std::size_t, int)> done;
@@ -260,6 +265,7 @@ class uring_engine final : public file_io_engine {
     } else {
       io_uring_prep_read(sqe, op->fd, p, n, off);
     }
+    if (op->cpu_copy) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);  // copy on a kernel worker, not here
     io_uring_sqe_set_data(sqe, op);
   }
 
