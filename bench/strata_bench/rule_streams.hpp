@@ -38,7 +38,7 @@ namespace strata::bench {
 
 /// One way of moving a rule's streams.
 struct streams_way {
-  bool prefetch = true;       ///< the kernels' software prefetches, a line 512 elements ahead per stream
+  bool prefetch = true;  ///< the kernels' software prefetches (simd::prefetch_ahead_elems() ahead per stream)
   bool stream_state = false;  ///< non-temporal stores of the master weights and arrays (the kernels: ordinary)
   /// Each thread one contiguous share of the span and nothing else (an OpenMP static schedule, as
   /// DeepSpeed's CPU Adam has), instead of the kernels' parallel_tiles (a share each, walked tile
@@ -132,12 +132,13 @@ void streams_portable(float* p, const G* g, H* out, std::size_t n, A*... a) {
   FN void streams_##SUFFIX(float* p, const G* g, H* out, std::size_t n, A*... a) {                     \
     using namespace strata::detail::simd;                                                              \
     constexpr std::size_t W = V::width;                                                                \
+    const std::size_t ahead = prefetch_ahead_elems();                                                  \
     std::size_t i = 0;                                                                                 \
     for (; i + W <= n; i += W) {                                                                       \
       if constexpr (Prefetch) {                                                                        \
-        prefetch_ahead(p + i);                                                                         \
-        (prefetch_ahead(a + i), ...);                                                                  \
-        prefetch_ahead(g + i);                                                                         \
+        prefetch_ahead(p + i, ahead);                                                                  \
+        (prefetch_ahead(a + i, ahead), ...);                                                           \
+        prefetch_ahead(g + i, ahead);                                                                  \
       }                                                                                                \
       V pv = LOAD(p + i), gv = LOAD(g + i);                                                            \
       __asm__ volatile("" : "+v"(pv.x), "+v"(gv.x));                                                   \

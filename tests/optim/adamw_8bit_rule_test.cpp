@@ -107,6 +107,45 @@ TEST_CASE("the SIMD 8-bit quantizer gives the search's code at every threshold, 
       INFO("y=" << y[i]);
       REQUIRE(got[i] == strata::q8_encode(m->threshold, y[i]));
     }
+    if (!strata::cpu_supports(strata::cpu_isa::avx512)) continue;
+    std::vector<std::uint8_t> wide(y.size());
+    strata::detail::simd::q8_quantize_avx512(*m, wide.data(), 1.0f, y.data(), y.size());
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      INFO("avx512 y=" << y[i]);
+      REQUIRE(wide[i] == strata::q8_encode(m->threshold, y[i]));
+    }
+  }
+#endif
+}
+
+TEST_CASE("the SIMD 8-bit dequantizers read every code of both maps as the map value times the scale") {
+#if STRATA_CPU_X86_PATHS
+  for (const strata::q8_map* m : {&strata::q8_signed_map, &strata::q8_unsigned_map}) {
+    // every code at every position of a 64-code group, then a tail shorter than a vector
+    std::vector<std::uint8_t> code;
+    for (std::size_t r = 0; r < 64; ++r)
+      for (std::size_t c = 0; c < 256; ++c) code.push_back(static_cast<std::uint8_t>((c * 7 + r) % 256));
+    for (std::size_t c = 0; c < 13; ++c) code.push_back(static_cast<std::uint8_t>(255 - c));
+    for (const float scale : {1.0f, 0.37f, 3.0e-30f}) {
+      std::vector<float> want(code.size());
+      for (std::size_t i = 0; i < code.size(); ++i) want[i] = m->value[code[i]] * scale;
+      const auto check = [&](const std::vector<float>& got, const char* path) {
+        for (std::size_t i = 0; i < code.size(); ++i) {
+          INFO(path << " code=" << int(code[i]) << " at " << i << " scale=" << scale);
+          REQUIRE(std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(want[i]));
+        }
+      };
+      std::vector<float> got(code.size());
+      if (strata::cpu_supports(strata::cpu_isa::avx2)) {
+        strata::detail::simd::q8_dequantize_avx2(*m, code.data(), scale, got.data(), code.size());
+        check(got, "avx2");
+      }
+      if (strata::detail::cpu_has_avx512_vbmi()) {
+        std::fill(got.begin(), got.end(), -7.0f);
+        strata::detail::simd::q8_dequantize_avx512(*m, code.data(), scale, got.data(), code.size());
+        check(got, "avx512");
+      }
+    }
   }
 #endif
 }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -265,3 +266,15 @@ TEST_CASE("a finite step clips by the global norm over every group and equals th
 }
 
 }  // namespace adamw_cpu_test
+
+#if STRATA_CPU_X86_PATHS
+TEST_CASE("the kernels' prefetch distance is 128 elements on AMD CPUs with AVX-512, else 512, unless the environment says") {
+  const std::size_t d = strata::detail::simd::prefetch_ahead_elems();
+  CHECK(d <= 65536);
+  if (std::getenv("STRATA_PREFETCH_ELEMS") == nullptr) {
+    const bool zen4 = __builtin_cpu_is("amd") && strata::cpu_supports(strata::cpu_isa::avx512);
+    CHECK(d == (zen4 ? strata::detail::simd::prefetch_ahead_elems_zen4 : strata::detail::simd::prefetch_ahead_elems_default));
+  }
+  CHECK(strata::detail::simd::prefetch_ahead_elems() == d);  // read once
+}
+#endif

@@ -24,7 +24,8 @@
 /// refuses two parts of a step that share a block: tensors and ranges of rates must start at a
 /// multiple of 256 parameters, which the PyTorch front arranges).
 ///
-/// Host kernels: portable, and AVX2 (which AVX-512 CPUs run too), over the strata thread pool in
+/// Host kernels: portable, AVX2, and AVX-512 with VBMI (its byte permutes look the map values up
+/// from registers; AVX-512 CPUs without VBMI run the AVX2 kernel), over the strata thread pool in
 /// tiles of whole blocks.
 
 #include <algorithm>
@@ -69,8 +70,8 @@ struct q8_adamw_arrays {
   float* scale[3];
 };
 
-// Scalar parts of a block's update, element by element; the AVX2 kernel runs the same
-// operations on 8 lanes at once and these on what is left.
+// Scalar parts of a block's update, element by element; the SIMD kernels run the same
+// operations on 8 or 16 lanes at once and these on what is left.
 STRATA_DETAIL_FORCE_INLINE void q8_dequantize(const q8_map& map, const std::uint8_t* code, float scale, float* out,
                                               std::size_t from, std::size_t to) {
   for (std::size_t i = from; i < to; ++i) {
@@ -250,43 +251,138 @@ STRATA_DETAIL_AVX2_FN std::uint32_t q8_absmax_bits_avx2(const float* x, std::siz
   return bits;
 }
 
-template <bool L2, bool Amsgrad, class G, class H>
-STRATA_DETAIL_AVX2_FN void q8_adamw_elements_avx2(float* p, q8_block_values& b, std::size_t from, const G* g, H* out,
-                                                  std::size_t n, const adamw_step_params& k) {
-  float* m = b.m + from;
-  float* v = b.v + from;
-  float* x = b.vmax + from;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    f32x8 pv = load8(p + i), mv = load8(m + i), vv = load8(v + i), xv = Amsgrad ? load8(x + i) : f32x8(0.0f);
-    adamw_element<L2, Amsgrad, f32x8>(pv, mv, vv, xv, load8(g + i), k);
-    store8(p + i, pv);
-    store8(m + i, mv);
-    store8(v + i, vv);
-    if constexpr (Amsgrad) store8(x + i, xv);
-    if constexpr (!std::is_same_v<H, no_model_copy>) store8(out + i, pv);
-  }
-  q8_adamw_elements<L2, Amsgrad>(p, b, from, g, out, i, n, k);
-}
-
-struct q8_parts_avx2 {
-  STRATA_DETAIL_AVX2_FN void dequantize(const q8_map& map, const std::uint8_t* code, float scale, float* out,
-                                        std::size_t n) const {
-    q8_dequantize_avx2(map, code, scale, out, n);
-  }
-  template <bool L2, bool Amsgrad, class G, class H>
-  STRATA_DETAIL_AVX2_FN void update(float* p, q8_block_values& b, std::size_t from, const G* g, H* out, std::size_t n,
-                                    const adamw_step_params& k) const {
-    q8_adamw_elements_avx2<L2, Amsgrad>(p, b, from, g, out, n, k);
-  }
-  STRATA_DETAIL_AVX2_FN std::uint32_t absmax_bits(const float* x, std::size_t n) const {
-    return q8_absmax_bits_avx2(x, n);
-  }
-  STRATA_DETAIL_AVX2_FN void quantize(const q8_map& map, std::uint8_t* code, float scale, const float* in,
-                                      std::size_t n) const {
-    q8_quantize_avx2(map, code, scale, in, n);
+// AVX-512 with VBMI. A map's 256 values, byte k of each in its own 256-byte plane: four planes of
+// four registers, so 64 codes are looked up with byte permutes (two across 128 entries and a
+// blend on the code's top bit per plane) instead of gathers from memory.
+struct q8_planes {
+  alignas(64) std::uint8_t byte[4][256];
+  explicit q8_planes(const q8_map& m) noexcept {
+    for (std::size_t i = 0; i < 256; ++i) {
+      const auto u = std::bit_cast<std::uint32_t>(m.value[i]);
+      for (std::size_t k = 0; k < 4; ++k) byte[k][i] = static_cast<std::uint8_t>(u >> (8 * k));
+    }
   }
 };
+inline const q8_planes& q8_planes_of(const q8_map& m) {
+  static const q8_planes is_signed(q8_signed_map), is_unsigned(q8_unsigned_map);
+  return &m == &q8_signed_map ? is_signed : is_unsigned;
+}
+
+STRATA_DETAIL_AVX512VBMI_FN void q8_dequantize_avx512(const q8_map& map, const std::uint8_t* code, float scale,
+                                                      float* out, std::size_t n) {
+  const q8_planes& t = q8_planes_of(map);
+  __m512i plane[4][4];
+  for (std::size_t k = 0; k < 4; ++k)
+    for (std::size_t j = 0; j < 4; ++j) plane[k][j] = _mm512_load_si512(t.byte[k] + 64 * j);
+  // The unpacks below interleave within 128-bit lanes: register r of the result holds, in lane
+  // L, the bytes that sat at 16 L + 4 r + [0, 4). Codes are moved there first so the four
+  // results are the values in order.
+  alignas(64) static constexpr std::uint8_t order[64] = {
+      0,  1,  2,  3,  16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51, 4,  5,  6,  7,  20, 21,
+      22, 23, 36, 37, 38, 39, 52, 53, 54, 55, 8,  9,  10, 11, 24, 25, 26, 27, 40, 41, 42, 43,
+      56, 57, 58, 59, 12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63};
+  const __m512i to_lanes = _mm512_load_si512(order);
+  const f32x16 s(scale);
+  std::size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m512i c = _mm512_maskz_permutexvar_epi8(~__mmask64{0}, to_lanes, _mm512_loadu_si512(code + i));
+    const __mmask64 upper = _mm512_movepi8_mask(c);  // codes 128..255
+    __m512i b[4];
+    for (std::size_t k = 0; k < 4; ++k)
+      b[k] = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(plane[k][0], c, plane[k][1]),
+                                    _mm512_permutex2var_epi8(plane[k][2], c, plane[k][3]));
+    const __m512i lo01 = _mm512_unpacklo_epi8(b[0], b[1]), hi01 = _mm512_unpackhi_epi8(b[0], b[1]);
+    const __m512i lo23 = _mm512_unpacklo_epi8(b[2], b[3]), hi23 = _mm512_unpackhi_epi8(b[2], b[3]);
+    const __m512i v[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                          _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+    for (std::size_t r = 0; r < 4; ++r) store16(out + i + 16 * r, fmul(f32x16(_mm512_castsi512_ps(v[r])), s));
+  }
+  q8_dequantize(map, code, scale, out, i, n);
+}
+
+// As q8_quantize_avx2, 16 values at a time.
+STRATA_DETAIL_AVX512_FN void q8_quantize_avx512(const q8_map& map, std::uint8_t* code, float scale, const float* in,
+                                                std::size_t n) {
+  const q8_buckets& t = q8_buckets_of(map);
+  const f32x16 s(scale);
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1), low = _mm512_set1_epi32(0xff);
+  const __m512i first = _mm512_set1_epi32(static_cast<int>(q8_buckets::first));
+  const __m512i last = _mm512_set1_epi32(static_cast<int>(q8_buckets::first + q8_buckets::count - 1));
+  const __m512i per_sign = _mm512_set1_epi32(static_cast<int>(q8_buckets::count));
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 y = fdiv(load16(in + i), s).x;
+    const __m512i bits = _mm512_castps_si512(y);
+    const __m512i mag = _mm512_and_si512(bits, magnitude);
+    const __mmask16 negative = _mm512_movepi32_mask(bits);
+    const __m512i bucket = _mm512_maskz_min_epu32(
+        all16, _mm512_maskz_max_epu32(all16, _mm512_maskz_srli_epi32(all16, mag, q8_buckets::shift), first), last);
+    const __m512i from_first = _mm512_sub_epi32(bucket, first);
+    const __m512i at = _mm512_mask_add_epi32(from_first, negative, from_first, per_sign);
+    const __m512i e = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), all16, at, t.entry.data(), 4);
+    const __m512i past = _mm512_sub_epi32(mag, _mm512_maskz_slli_epi32(all16, bucket, q8_buckets::shift));
+    const __mmask16 above = _mm512_cmpgt_epi32_mask(past, _mm512_maskz_srai_epi32(all16, e, 8));
+    __m512i c = _mm512_and_si512(e, low);
+    c = _mm512_mask_add_epi32(c, above & static_cast<__mmask16>(~negative), c, one);
+    c = _mm512_mask_sub_epi32(c, above & negative, c, one);
+    c = _mm512_maskz_mov_epi32(static_cast<__mmask16>(~_mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q)), c);  // NaN: 0
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(code + i), _mm512_maskz_cvtepi32_epi8(all16, c));
+  }
+  q8_quantize(map, code, scale, in, i, n);
+}
+
+STRATA_DETAIL_AVX512_FN std::uint32_t q8_absmax_bits_avx512(const float* x, std::size_t n) {
+  __m512i m = _mm512_setzero_si512();
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    m = _mm512_maskz_max_epu32(all16, m, _mm512_and_si512(_mm512_loadu_si512(x + i), abs));
+  alignas(64) std::uint32_t lanes[16];
+  _mm512_store_si512(lanes, m);
+  std::uint32_t bits = q8_absmax_bits(x + i, n - i);
+  for (const std::uint32_t l : lanes) bits = std::max(bits, l);
+  return bits;
+}
+
+// AdamW on a block's values and the parts object of one instruction set: the same vector loop
+// and the same four calls for AVX2 (8 lanes) and AVX-512 (16), stamped out per target.
+#define STRATA_DETAIL_DEFINE_Q8_PARTS(SUFFIX, FN, DEQUANT_FN, V, LOAD, STORE)                                    \
+  template <bool L2, bool Amsgrad, class G, class H>                                                             \
+  FN void q8_adamw_elements_##SUFFIX(float* p, q8_block_values& b, std::size_t from, const G* g, H* out,          \
+                                     std::size_t n, const adamw_step_params& k) {                                \
+    float* m = b.m + from;                                                                                       \
+    float* v = b.v + from;                                                                                       \
+    float* x = b.vmax + from;                                                                                    \
+    std::size_t i = 0;                                                                                           \
+    for (; i + V::width <= n; i += V::width) {                                                                   \
+      V pv = LOAD(p + i), mv = LOAD(m + i), vv = LOAD(v + i), xv = Amsgrad ? LOAD(x + i) : V(0.0f);              \
+      adamw_element<L2, Amsgrad, V>(pv, mv, vv, xv, LOAD(g + i), k);                                             \
+      STORE(p + i, pv);                                                                                          \
+      STORE(m + i, mv);                                                                                          \
+      STORE(v + i, vv);                                                                                          \
+      if constexpr (Amsgrad) STORE(x + i, xv);                                                                   \
+      if constexpr (!std::is_same_v<H, no_model_copy>) STORE(out + i, pv);                                       \
+    }                                                                                                            \
+    q8_adamw_elements<L2, Amsgrad>(p, b, from, g, out, i, n, k);                                                 \
+  }                                                                                                              \
+  struct q8_parts_##SUFFIX {                                                                                     \
+    DEQUANT_FN void dequantize(const q8_map& map, const std::uint8_t* code, float scale, float* out,             \
+                               std::size_t n) const {                                                            \
+      q8_dequantize_##SUFFIX(map, code, scale, out, n);                                                          \
+    }                                                                                                            \
+    template <bool L2, bool Amsgrad, class G, class H>                                                           \
+    FN void update(float* p, q8_block_values& b, std::size_t from, const G* g, H* out, std::size_t n,            \
+                   const adamw_step_params& k) const {                                                           \
+      q8_adamw_elements_##SUFFIX<L2, Amsgrad>(p, b, from, g, out, n, k);                                         \
+    }                                                                                                            \
+    FN std::uint32_t absmax_bits(const float* x, std::size_t n) const { return q8_absmax_bits_##SUFFIX(x, n); }   \
+    FN void quantize(const q8_map& map, std::uint8_t* code, float scale, const float* in, std::size_t n) const { \
+      q8_quantize_##SUFFIX(map, code, scale, in, n);                                                             \
+    }                                                                                                            \
+  };
+STRATA_DETAIL_DEFINE_Q8_PARTS(avx2, STRATA_DETAIL_AVX2_FN, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8)
+STRATA_DETAIL_DEFINE_Q8_PARTS(avx512, STRATA_DETAIL_AVX512_FN, STRATA_DETAIL_AVX512VBMI_FN, f32x16, load16, store16)
+#undef STRATA_DETAIL_DEFINE_Q8_PARTS
 }  // namespace simd
 #endif
 
@@ -304,6 +400,13 @@ STRATA_DETAIL_KERNEL_AVX2 void adamw_8bit_kernel_avx2(const q8_adamw_arrays s, f
                                                       std::size_t first, std::size_t last, const adamw_step_params k) {
   q8_adamw_blocks<L2, Amsgrad>(s, p, g, out, count, lo, hi, first, last, k, simd::q8_parts_avx2{});
 }
+template <bool L2, bool Amsgrad, class G, class H>
+STRATA_DETAIL_KERNEL_AVX512VBMI void adamw_8bit_kernel_avx512(const q8_adamw_arrays s, float* p, const G* g, H* out,
+                                                              std::size_t count, std::size_t lo, std::size_t hi,
+                                                              std::size_t first, std::size_t last,
+                                                              const adamw_step_params k) {
+  q8_adamw_blocks<L2, Amsgrad>(s, p, g, out, count, lo, hi, first, last, k, simd::q8_parts_avx512{});
+}
 #endif
 
 template <class G, class H>
@@ -313,6 +416,7 @@ using adamw_8bit_kernel_fn = void (*)(q8_adamw_arrays, float*, const G*, H*, std
 template <bool L2, bool Amsgrad, class G, class H>
 adamw_8bit_kernel_fn<G, H> pick_adamw_8bit_kernel(cpu_isa isa) {
 #if STRATA_CPU_X86_PATHS
+  if (isa == cpu_isa::avx512 && cpu_has_avx512_vbmi()) return &adamw_8bit_kernel_avx512<L2, Amsgrad, G, H>;
   if (isa == cpu_isa::avx2 || isa == cpu_isa::avx512) return &adamw_8bit_kernel_avx2<L2, Amsgrad, G, H>;
 #endif
   (void)isa;

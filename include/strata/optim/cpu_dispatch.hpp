@@ -71,6 +71,18 @@ enum class cpu_isa : unsigned char {
 #endif
 }
 
+namespace detail {
+/// Whether this CPU has AVX-512 VBMI (byte permutes across a whole register): the avx512 path of
+/// the 8-bit rule needs it and runs the avx2 kernel on AVX-512 CPUs without it (Skylake-X).
+[[nodiscard]] inline bool cpu_has_avx512_vbmi() noexcept {
+#if STRATA_CPU_X86_PATHS
+  return cpu_supports(cpu_isa::avx512) && __builtin_cpu_supports("avx512vbmi");
+#else
+  return false;
+#endif
+}
+}  // namespace detail
+
 /// The path `automatic` resolves to: avx512 where supported, else avx2, else portable.
 [[nodiscard]] inline cpu_isa best_cpu_isa() noexcept {
   static const cpu_isa best = cpu_supports(cpu_isa::avx512) ? cpu_isa::avx512
@@ -164,4 +176,7 @@ void parallel_tiles(std::size_t n, std::size_t tile, thread_pool* pool, F&& f) {
 #define STRATA_DETAIL_KERNEL_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2"), noinline, flatten))
 #define STRATA_DETAIL_KERNEL_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2"), noinline, flatten))
+#define STRATA_DETAIL_KERNEL_AVX512VBMI                                                                      \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c,bmi,bmi2"), noinline, \
+                 flatten))
 #endif

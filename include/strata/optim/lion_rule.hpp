@@ -148,11 +148,12 @@ namespace simd {
                              std::size_t n, const lion_step_params& k) {                                          \
     constexpr std::size_t W = V::width;                                                                           \
     constexpr bool write_model = !std::is_same_v<H, no_model_copy>;                                               \
+    const std::size_t ahead = prefetch_ahead_elems();                                                             \
     std::size_t i = 0;                                                                                            \
     for (; i + W <= n; i += W) {                                                                                  \
-      prefetch_ahead(p + i);                                                                                      \
-      prefetch_ahead(m + i);                                                                                      \
-      prefetch_ahead(g + i);                                                                                      \
+      prefetch_ahead(p + i, ahead);                                                                               \
+      prefetch_ahead(m + i, ahead);                                                                               \
+      prefetch_ahead(g + i, ahead);                                                                               \
       lion_vector_##SUFFIX(p + i, m + i, g + i, write_model ? out + i : nullptr, k);                              \
     }                                                                                                             \
     if constexpr (write_model) _mm_sfence(); /* the streamed copy is ordered before the caller publishes it */     \

@@ -176,11 +176,12 @@ namespace simd {
                             std::size_t n, const sgd_step_params& k) {                                            \
     constexpr std::size_t W = V::width;                                                                           \
     constexpr bool write_model = !std::is_same_v<H, no_model_copy>;                                               \
+    const std::size_t ahead = prefetch_ahead_elems();                                                             \
     std::size_t i = 0;                                                                                            \
     for (; i + W <= n; i += W) {                                                                                  \
-      prefetch_ahead(p + i);                                                                                      \
-      if constexpr (Momentum) prefetch_ahead(b + i);                                                              \
-      prefetch_ahead(g + i);                                                                                      \
+      prefetch_ahead(p + i, ahead);                                                                               \
+      if constexpr (Momentum) prefetch_ahead(b + i, ahead);                                                       \
+      prefetch_ahead(g + i, ahead);                                                                               \
       sgd_vector_##SUFFIX<L2, Momentum>(p + i, Momentum ? b + i : nullptr, g + i, write_model ? out + i : nullptr, \
                                         k);                                                                       \
     }                                                                                                             \

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "strata/core/env.hpp"
 #include "strata/core/half.hpp"
 #include "strata/optim/adamw_math.hpp"
 #include "strata/optim/cpu_dispatch.hpp"
@@ -35,22 +36,43 @@
 #define STRATA_DETAIL_AVX2_FN __attribute__((target("avx2,fma,f16c,bmi,bmi2"))) inline
 #define STRATA_DETAIL_AVX512_FN \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2"))) inline
+// AVX-512 with VBMI's byte permutes (Ice Lake and later, Zen 4): the 8-bit rule's table look-ups.
+#define STRATA_DETAIL_AVX512VBMI_FN \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c,bmi,bmi2"))) inline
 
 namespace strata::detail::simd {
 
-/// How far ahead of the element being updated the kernels prefetch each stream they read. The
-/// hardware prefetchers stop at every 4 KiB page, and with four streams one core then waits on
-/// memory between its divisions. Measured on a 2-vCPU Xeon (2026-12-03, 32M parameters, fp32
-/// gradients): 35.4 -> 31.7 ms per step at 1 thread, 18.1 -> 16.4 ms at 2; 256 and 1024 elements
-/// did no better.
-inline constexpr std::size_t prefetch_ahead_elems = 512;
+/// How far ahead of the element being updated the kernels prefetch each stream they read, in
+/// elements, chosen per CPU at run time. The hardware prefetchers stop at every 4 KiB page, and
+/// with four streams one core then waits on memory between its divisions.
+///  - 512 elements: measured on a 2-vCPU Xeon (2026-12-03, 32M parameters, fp32 gradients):
+///    35.4 -> 31.7 ms per step at 1 thread, 18.1 -> 16.4 ms at 2; 256 and 1024 did no better; kept
+///    on AMD Zen 3 (strata ahead of DeepSpeed's CPU Adam with it, 2026-12-05).
+///  - 128 elements on AMD CPUs with AVX-512 (Zen 4 and later): at 512 the 512-bit loop prefetched
+///    lines its own loads had not reached and fp32 AdamW ran at 0.92 of DeepSpeed's CPU Adam at 1
+///    thread (BENCHMARKS.md, "AdamW CPU kernel against DeepSpeed").
+/// STRATA_PREFETCH_ELEMS (0 to 65536; 0 prefetches the line being read, i.e. no look-ahead)
+/// overrides the choice, for tuning on another CPU; read once per process.
+inline constexpr std::size_t prefetch_ahead_elems_default = 512;
+inline constexpr std::size_t prefetch_ahead_elems_zen4 = 128;
 
-/// Prefetches the line prefetch_ahead_elems past `p` into L1. A prefetch never faults, so the
+/// The distance this process uses (see prefetch_ahead_elems_default); config_error naming the
+/// variable when STRATA_PREFETCH_ELEMS is malformed.
+[[nodiscard]] inline std::size_t prefetch_ahead_elems() {
+  static const std::size_t elems = [] {
+    const bool zen4 = __builtin_cpu_is("amd") && cpu_supports(cpu_isa::avx512);
+    return env_integer<std::size_t>("STRATA_PREFETCH_ELEMS",
+                                    zen4 ? prefetch_ahead_elems_zen4 : prefetch_ahead_elems_default, 0, 65536);
+  }();
+  return elems;
+}
+
+/// Prefetches the line `ahead` elements past `p` into L1. A prefetch never faults, so the
 /// address may lie past the end of the array; it is formed as an integer, not by pointer
 /// arithmetic past the end.
 template <class T>
-[[gnu::always_inline]] inline void prefetch_ahead(const T* p) noexcept {
-  const auto a = reinterpret_cast<std::uintptr_t>(p) + prefetch_ahead_elems * sizeof(T);
+[[gnu::always_inline]] inline void prefetch_ahead(const T* p, std::size_t ahead) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(p) + ahead * sizeof(T);
   _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
 }
 
@@ -232,13 +254,14 @@ STRATA_DETAIL_AVX2_FN void stream8(H* p, f32x8 a) {
                               const adamw_step_params& k) {                                                     \
     constexpr std::size_t W = V::width;                                                                         \
     constexpr bool write_model = !std::is_same_v<H, no_model_copy>;                                             \
+    const std::size_t ahead = prefetch_ahead_elems();                                                           \
     std::size_t i = 0;                                                                                          \
     for (; i + W <= n; i += W) {                                                                                \
-      prefetch_ahead(p + i);                                                                                    \
-      prefetch_ahead(m + i);                                                                                    \
-      prefetch_ahead(v + i);                                                                                    \
-      if constexpr (Amsgrad) prefetch_ahead(vmax + i);                                                          \
-      prefetch_ahead(g + i);                                                                                    \
+      prefetch_ahead(p + i, ahead);                                                                             \
+      prefetch_ahead(m + i, ahead);                                                                             \
+      prefetch_ahead(v + i, ahead);                                                                             \
+      if constexpr (Amsgrad) prefetch_ahead(vmax + i, ahead);                                                   \
+      prefetch_ahead(g + i, ahead);                                                                             \
       adamw_vector_##SUFFIX<L2, Amsgrad>(p + i, m + i, v + i, Amsgrad ? vmax + i : nullptr, g + i,              \
                                          write_model ? out + i : nullptr, k);                                   \
     }                                                                                                           \
