@@ -48,9 +48,9 @@ namespace strata::detail::simd {
 ///  - 512 elements: measured on a 2-vCPU Xeon (2026-12-03, 32M parameters, fp32 gradients):
 ///    35.4 -> 31.7 ms per step at 1 thread, 18.1 -> 16.4 ms at 2; 256 and 1024 did no better; kept
 ///    on AMD Zen 3 (strata ahead of DeepSpeed's CPU Adam with it, 2026-12-05).
-///  - 128 elements on AMD CPUs with AVX-512 (Zen 4 and later): at 512 the 512-bit loop prefetched
-///    lines its own loads had not reached and fp32 AdamW ran at 0.92 of DeepSpeed's CPU Adam at 1
-///    thread (BENCHMARKS.md, "AdamW CPU kernel against DeepSpeed").
+///  - 128 elements on AMD CPUs with AVX-512 (Zen 4 and later): measured, not explained; at 512 fp32
+///    AdamW ran at 0.92 of DeepSpeed's CPU Adam at 1 thread, at 128 at 1.05 (2026-12-06, 32M
+///    parameters; BENCHMARKS.md, "Against DeepSpeed's CPU Adam").
 /// STRATA_PREFETCH_ELEMS (0 to 65536; 0 prefetches the line being read, i.e. no look-ahead)
 /// overrides the choice, for tuning on another CPU; read once per process.
 inline constexpr std::size_t prefetch_ahead_elems_default = 512;
