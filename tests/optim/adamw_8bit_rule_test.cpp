@@ -2,7 +2,7 @@
 // maps, the nearest-code search, the state's layout and its quantized reads and writes, and the
 // kernel: the same bits on every instruction-set path, thread count and block-aligned split; the
 // float64 AdamW reference within the quantization's own error; whole-block semantics for spans
-// that cover part of a block; NaN kept visible.
+// that cover part of a block (the scale counts the values outside the span); NaN kept visible.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -333,6 +333,48 @@ TEST_CASE("an 8-bit update of part of a block requantizes the block and keeps ze
   CHECK(st.slot[300] != before.slot[300]);
   // the untouched last block [768, 1024) keeps its bytes
   CHECK(v.scales[0][3] == 0.0f);
+}
+
+TEST_CASE("an 8-bit update of part of a block keeps the largest moment outside the span as the block's scale") {
+  // The update loop finds the new absmax of the values it writes; the rest of the block must
+  // still count: a moment outside the span larger than every new one stays the scale, exactly.
+  strata::thread_pool pool(3);
+  strata::adamw_options plain, ams;
+  ams.amsgrad = true;
+  for (const auto& o : {plain, ams}) {
+    const auto f = adamw_8bit_rule::format(o);
+    const auto k = adamw_8bit_rule::make_step_params(o, strata::rule_step{2, 1e-3, o.decay(), 1, 1});
+    const std::size_t n = 1100, at = 100, count = 900;  // [100, 1000): starts and ends inside a block
+    rule_state<float, strata::bf16> init(n, f, 11);
+    const auto iv = init.view(f);
+    // the largest |value| of blocks 0 and 3 (the partly updated ones) sits outside the span
+    const std::size_t outside[] = {40, 1050};
+    for (std::size_t a = 0; a < f.count; ++a) {
+      auto x = read(iv, f, a);
+      for (const std::size_t i : outside) x[i] = a == 0 ? -1000.0f : 1.0e6f;
+      strata::write_state_array(iv, f, a, x);
+    }
+    auto want = init;
+    adamw_8bit_rule::update_cpu<float, strata::bf16>(want.view(f), at, count, want.g.data() + at,
+                                                     want.out.data() + at, k, nullptr, strata::cpu_isa::portable);
+    const auto wv = want.view(f);
+    for (std::size_t a = 0; a < f.count; ++a) {
+      const auto x = read(wv, f, a);
+      for (const std::size_t i : outside) {
+        INFO("array=" << a << " i=" << i);
+        CHECK(x[i] == (a == 0 ? -1000.0f : 1.0e6f));
+        CHECK(wv.scales[a][i / q8_block_elems] == (a == 0 ? 1000.0f : 1.0e6f));
+      }
+    }
+    for (const auto isa : strata_test::cpu_paths())
+      for (strata::thread_pool* p : {static_cast<strata::thread_pool*>(nullptr), &pool}) {
+        auto got = init;
+        adamw_8bit_rule::update_cpu<float, strata::bf16>(got.view(f), at, count, got.g.data() + at,
+                                                         got.out.data() + at, k, p, isa);
+        INFO("isa=" << static_cast<int>(isa) << " pool=" << (p != nullptr) << " amsgrad=" << o.amsgrad);
+        REQUIRE(got == want);
+      }
+  }
 }
 
 TEST_CASE("a NaN gradient makes its block's 8-bit moments NaN, visibly, and leaves other blocks alone") {
