@@ -191,6 +191,45 @@ TEST_CASE("subgroups without any gradient are neither read nor written") {
   CHECK(opt.param_step_counts().at(270) == 0);
 }
 
+TEST_CASE("with clipping and loss scaling, a step over tensors that leave subgroups without gradients checks only "
+          "the gradients given, bit for bit as the same step without either") {
+  const std::size_t n = 1000, sg = 200, cut = 430;  // subgroups 3 and 4 get no gradient at step 0, 0-1 none at 1
+  strata::adamw_options ao;
+  const auto init = random_params(n, 12);
+  strata::host_tier ta(strata::host_tier_options{.name = "a"}), tb(strata::host_tier_options{.name = "b"});
+  auto oa = options(sg, 0, n, ao);
+  const auto ob = oa;
+  oa.max_grad_norm = 1e9;  // never clips: the norm is summed and checked, nothing else
+  oa.loss_scaling.enabled = true;
+  oa.loss_scaling.init_scale = 1024;  // a power of two: unscaling is exact
+  opt_t a(ta, init, ao, oa), b(tb, init, ao, ob);
+  std::vector<float> ma(init), mb(init);
+  for (int t = 0; t < 2; ++t) {
+    CAPTURE(t);
+    const auto g = random_grads<float>(n, 20 + static_cast<std::uint64_t>(t));
+    std::vector<float> scaled(g);
+    for (auto& x : scaled) x *= a.loss_scale();
+    const auto tensors = [&](std::span<const float> gs, std::span<float> m) {
+      return std::vector<strata::param_tensor<float, float>>{
+          {0, cut, t == 0 ? gs.first(cut) : std::span<const float>(), m.first(cut)},
+          {cut, n - cut, t == 1 ? gs.subspan(cut) : std::span<const float>(), m.subspan(cut)}};
+    };
+    const auto tsa = tensors(scaled, ma), tsb = tensors(g, mb);
+    const auto sa = a.step(span_of(tsa), 1e-3);
+    b.step(span_of(tsb), 1e-3);
+    REQUIRE(sa.grad_norm.has_value());
+    CHECK(std::isfinite(*sa.grad_norm));
+    CHECK(*sa.grad_norm > 0);
+    CHECK_FALSE(sa.skipped);
+    CHECK(sa.clip == 1.0f);
+    std::vector<float> pa(n), pb(n);
+    a.read_master(pa);
+    b.read_master(pb);
+    REQUIRE(same_bits(pa, pb));
+    CHECK(same_bits(ma, mb));
+  }
+}
+
 TEST_CASE("per-parameter step counts survive a checkpoint, and the resumed run continues bit for bit") {
   const std::size_t n = 1000;
   strata::adamw_options ao;

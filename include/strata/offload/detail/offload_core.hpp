@@ -142,9 +142,9 @@ class offload_core {
                    "{}: adopt_model needs host updates (the update site may choose the device)", who("step"));
     grad_norm_accumulator norms;
     if (tracks_norm() && !partial_ && !opts.decision)
-      for (std::size_t s = 0; s < layout_.subgroups(); ++s)
-        if (cover.touches(begin(s), begin(s) + length(s)))
-          norms.add(s, tensor_stats(tensors, begin(s), begin(s) + length(s)));
+      for (std::size_t s = 0; s < layout_.subgroups(); ++s)  // (a subgroup without gradients adds nothing)
+        norms.add(s, cover.touches(begin(s), begin(s) + length(s)) ? tensor_stats(tensors, begin(s), begin(s) + length(s))
+                                                                    : grad_stats{0.0, 0});
     partial_cover_ = std::move(cover);
     if (layout_.tier_gradients) {
       if (!partial_) {
