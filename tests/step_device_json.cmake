@@ -2,14 +2,8 @@
 # table, the JSON (every step's bound is a lower bound: bound_s <= step_s) and that the trace has
 # one track per stream of the simulated device.
 #   cmake -DJSON=<file> -DTRACE=<file> -DKIND=sim -P step_device_json.cmake -- <strata-bench> step ...
-include(${CMAKE_CURRENT_LIST_DIR}/command_after_dashes.cmake)
-file(REMOVE "${JSON}" "${TRACE}")
-get_filename_component(json_dir "${JSON}" DIRECTORY)
-file(MAKE_DIRECTORY "${json_dir}")
-execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "exit code ${rc}\nstdout: ${out}\nstderr: ${err}")
-endif()
+set(remove_first "${TRACE}")
+include(${CMAKE_CURRENT_LIST_DIR}/run_json_command.cmake)
 foreach(row "model" "cpu only")
   if(NOT out MATCHES "\n${row} +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+/[0-9]+")
     message(FATAL_ERROR "no table row '${row}':\n${out}")

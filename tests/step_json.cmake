@@ -1,13 +1,6 @@
 # Runs `strata-bench step ... --json FILE` and checks the JSON a script (bench/plot.py) reads:
 #   cmake -DJSON=<file> -P step_json.cmake -- <strata-bench> step ... --json <file>
-include(${CMAKE_CURRENT_LIST_DIR}/command_after_dashes.cmake)
-file(REMOVE "${JSON}")
-get_filename_component(json_dir "${JSON}" DIRECTORY)
-file(MAKE_DIRECTORY "${json_dir}")  # strata-bench opens --json before it creates the paths
-execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "exit code ${rc}\nstdout: ${out}\nstderr: ${err}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/run_json_command.cmake)
 # The tables: every preset with its speedups over zero_infinity and zero_infinity-raid0, and
 # backward and update apart.
 set(expected zero_infinity zero_infinity-raid0 mlp_offload mlp_offload-no-lock strata)

@@ -11,6 +11,14 @@
 // gradient hand-over is part of the iteration because it is what ZeRO-Infinity pays in backward
 // and what keeping 16-bit gradients in host memory saves (docs/design.md section 1).
 //
+// With --compute T an iteration also has a training step's compute, on a simulated device: forward
+// takes the first third of T, backward the rest, and backward's gradients land evenly over it in
+// reverse subgroup order (the last layers first), each handed over as it lands, as a GPU would; the
+// host waits for the device as a training loop does. strata overlaps the step's I/O with that
+// compute (the reads of the next step during forward); the systems the other presets emulate run
+// their step after backward. The bound of the iteration is max(T, the step's I/O bound), and
+// strata-no-overlap (strata with every overlap off) is the ablation.
+//
 // A path is DIR[:READ[:WRITE]]. READ/WRITE (bytes per second, e.g. 1GB, 500MB) cap the path with
 // the throttled adaptor, to emulate a PFS link or an object store on one machine; WRITE defaults
 // to READ. Every path is also probed (O_DIRECT write then read of --probe bytes) before the
@@ -306,12 +314,13 @@ std::string describe_rate(double bytes_per_s) {
 /// Figures of one measured iteration of one preset.
 struct iteration {
   double total_s = 0;  // grads_s + step
-  double grads_s = 0;
+  double grads_s = 0;  // forward and backward's compute (--compute) and the gradient hand-over
   double read_wait_s = 0, compute_s = 0, write_wait_s = 0, other_s = 0, kernel_s = 0;
   std::uint64_t cache_hits = 0, cache_misses = 0;
   std::uint64_t grad_written = 0;  // fp32 gradient bytes backward wrote to the tier (zero_infinity)
   std::vector<std::uint64_t> path_read, path_written;  // completed bytes per path, gradients included
   double bound_s = 0, serial_bound_s = 0;
+  double io_bound_s = 0;  // the I/O bound alone (bound_s is max(compute, it) with --compute)
 };
 
 /// How one runner differs from its preset's defaults.
@@ -321,6 +330,7 @@ struct variant {
   std::string lock = "separate";  // mlp_offload: separate, shared or none
   bool equal = false;             // zero_infinity striped over every path, with the others' cache
   std::string rule = "adamw";     // the update rule (--rule)
+  bool overlap = true;            // strata: the step's I/O overlaps forward and backward (prefetch_next_step)
 };
 
 /// The bench's config of `rule`: torch's defaults, SGD with momentum 0.9 (a momentum buffer, as
@@ -453,14 +463,29 @@ std::vector<G> make_grads(std::uint64_t n) {
 }
 
 template <class G>
-iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgroup, double lr) {
+iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgroup, double lr, double compute_s) {
   iteration it;
   const auto before = r.opt->path_totals();
   const auto grad_bytes_before = r.opt->stats().gradient_bytes_written;
   const auto t0 = clk::now();
-  // Backward hands gradients over as it produces them, one subgroup at a time.
-  for (std::size_t first = 0; first < grads.size(); first += subgroup)
+  const std::size_t pieces = (grads.size() + subgroup - 1) / subgroup;
+  const auto hand_over = [&](std::size_t k) {
+    const std::size_t first = k * subgroup;
     r.opt->accept_gradients_at(first, grads.subspan(first, std::min(subgroup, grads.size() - first)));
+  };
+  if (compute_s > 0) {
+    // The simulated device: forward, then backward's gradients landing at fixed times, last
+    // subgroup first. A hand-over that runs late does not delay the device's later gradients.
+    const auto at = [&](double s) { return t0 + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(s)); };
+    const double forward = compute_s / 3, backward = compute_s - forward;
+    for (std::size_t k = 0; k < pieces; ++k) {
+      std::this_thread::sleep_until(at(forward + backward * static_cast<double>(k + 1) / static_cast<double>(pieces)));
+      hand_over(pieces - 1 - k);
+    }
+  } else {
+    // Backward hands gradients over as it produces them, one subgroup at a time.
+    for (std::size_t k = 0; k < pieces; ++k) hand_over(k);
+  }
   it.grads_s = since(t0);
   it.grad_written = r.opt->stats().gradient_bytes_written - grad_bytes_before;
   const auto st = r.opt->step(lr);
@@ -486,7 +511,9 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
 /// update reads gradients only after backward wrote them. A lower bound when the bandwidths are
 /// the paths' ceilings (caps, or probes the medium cannot beat). Also the serial form, read time
 /// + write time, which is not a lower bound on full-duplex links.
-void fill_bounds(iteration& it, const runner& r, const std::vector<path_spec>& paths) {
+/// With compute on a device, the iteration's bound is max(compute, that bound): the device and the
+/// paths each need their time at least, whatever overlaps.
+void fill_bounds(iteration& it, const runner& r, const std::vector<path_spec>& paths, double compute_s) {
   double rbw = 0, wbw = 0, rb = 0, wb = 0;
   for (std::size_t k = 0; k < r.paths.size(); ++k) {
     const auto& p = paths[r.paths[k]];
@@ -498,13 +525,14 @@ void fill_bounds(iteration& it, const runner& r, const std::vector<path_spec>& p
   }
   if (rbw <= 0 || wbw <= 0) return;
   const double grads = std::min(static_cast<double>(it.grad_written), wb);
-  it.bound_s = grads / wbw + std::max({rb / rbw, (wb - grads) / wbw, it.kernel_s});
+  it.io_bound_s = grads / wbw + std::max({rb / rbw, (wb - grads) / wbw, it.kernel_s});
+  it.bound_s = std::max(compute_s, it.io_bound_s);
   it.serial_bound_s = std::max(rb / rbw + wb / wbw, it.kernel_s);
 }
 
 struct summary {
   double total = 0, lo = 0, hi = 0, grads = 0, read_wait = 0, compute = 0, kernel = 0, write_wait = 0, other = 0,
-         bound = 0, serial_bound = 0, update = 0;
+         bound = 0, serial_bound = 0, update = 0, io_bound = 0;
   std::vector<double> path_read, path_written;  // bytes, median
 };
 
@@ -526,6 +554,7 @@ summary summarize(const runner& r) {
   s.other = med([](const iteration& i) { return i.other_s; });
   s.bound = med([](const iteration& i) { return i.bound_s; });
   s.serial_bound = med([](const iteration& i) { return i.serial_bound_s; });
+  s.io_bound = med([](const iteration& i) { return i.io_bound_s; });
   s.update = med([](const iteration& i) { return i.total_s - i.grads_s; });
   for (std::size_t k = 0; k < r.paths.size(); ++k) {
     s.path_read.push_back(med([k](const iteration& i) { return static_cast<double>(i.path_read[k]); }));
@@ -537,7 +566,7 @@ summary summarize(const runner& r) {
 constexpr const char* usage_text =
     "[--params 200M] [--subgroup 8M] [--cache BYTES|25%] [--path DIR[:READ[:WRITE]]]... "
     "[--preset zero_infinity|mlp_offload|strata|all] [--rule adamw[,adamw-bf16,sgd,lion]] [--iters 3] [--warmup 1]\n"
-    "[--compare] [--compare-equal]\n"
+    "[--compare] [--compare-equal] [--compute SECONDS] [--ablate-overlap]\n"
     "[--mlp-lock separate|shared|none[,...]] "
     "[--grad bf16|fp16|fp32] [--threads N] [--probe 512MiB] [--max-grad-norm X] [--loss-scaling] [--no-integrity]\n"
     "[--json FILE] "
@@ -566,6 +595,13 @@ constexpr const char* usage_text =
     "  --compare-equal with --compare: also zero_infinity-raid0, zero_infinity striped over every path (RAID0,\n"
     "                  1 MiB units) with the same host cache as the others, and speedups over it: what the\n"
     "                  techniques give beyond the extra bandwidth\n"
+    "  --compute T     each iteration has T seconds of compute on a simulated device: forward (T/3), then\n"
+    "                  backward (2T/3) with the gradients landing in reverse subgroup order, handed over as\n"
+    "                  they land; prints the iteration against max(T, the step's I/O bound). Implies\n"
+    "                  --ablate-overlap\n"
+    "  --ablate-overlap  also run strata-no-overlap: the strata preset with its step's I/O kept out of forward\n"
+    "                  and backward (no reads of the next step started as a step returns,\n"
+    "                  offload_options::prefetch_next_step; the other presets never overlap, as their systems)\n"
     "  --mlp-lock L    mlp_offload's node-wide lock on its PFS path: separate (MLP-Offload's read and write\n"
     "                  locks, the default), shared (one lock for both) or none; a comma list runs one\n"
     "                  mlp_offload per mode in the same run (e.g. separate,none: the lock's ablation)\n"
@@ -608,6 +644,7 @@ std::vector<std::string> numbers(const std::vector<std::uint64_t>& v) {
 offload_options preset_options(const variant& v, std::size_t params, offload_options base) {
   const auto f = format_of(v.rule);
   if (v.preset == "zero_infinity" && !v.equal) base.host_cache_bytes = 0;
+  base.prefetch_next_step = v.overlap;  // (the emulating presets turn it off)
   if (v.preset == "zero_infinity") return presets::zero_infinity::options(params, f, base);
   if (v.preset == "mlp_offload") return presets::mlp_offload::options(params, f, base);
   return presets::strata_preset::options(params, f, base);
@@ -676,6 +713,8 @@ int run_typed(args& a) {
   const auto warmup = a.count("warmup", 1);
   const bool compare = a.flag("compare");
   const bool compare_equal = a.flag("compare-equal");
+  const double compute_s = a.real("compute", 0);
+  const bool ablate_overlap = a.flag("ablate-overlap") || compute_s > 0;
   const auto mlp_lock_arg = a.get_or("mlp-lock", "separate");
   const auto threads = a.count("threads", default_thread_count());
   const auto probe_bytes = a.size("probe", parse_size("512MiB"));
@@ -692,6 +731,7 @@ int run_typed(args& a) {
   if (threads == 0 || threads > 1024) throw usage_error("step: --threads must be 1..1024");
   if (path_args.empty()) throw usage_error("step: give at least one --path DIR[:READ[:WRITE]]");
   if (max_grad_norm < 0) throw usage_error("step: --max-grad-norm must be >= 0 (0: no clipping)");
+  if (!(compute_s >= 0) || compute_s > 3600) throw usage_error("step: --compute must be 0..3600 seconds");
   if (subgroup > params) {  // a subgroup larger than the model is the model (slots are sized by it)
     fmt::print("step: --subgroup {} is more than the {} parameters: one subgroup of {}\n", subgroup, params, params);
     subgroup = params;
@@ -806,6 +846,8 @@ int run_typed(args& a) {
                name, mode, false, rule});
       } else {
         variants.push_back({named(name), name, "separate", false, rule});
+        if (name == "strata" && ablate_overlap)
+          variants.push_back({named("strata-no-overlap"), name, "separate", false, rule, false});
         if (name == "zero_infinity" && compare_equal)
           variants.push_back({named("zero_infinity-raid0"), name, "separate", true, rule});
       }
@@ -944,6 +986,7 @@ int run_typed(args& a) {
       c.mlp_offload_lock = v.lock != "none";
       c.node_limiter_sharing = v.lock == "shared" ? rw_sharing::shared : rw_sharing::separate;
       c.stripe_paths = v.equal;
+      c.offload.prefetch_next_step = v.overlap;
       c.offload.max_grad_norm = max_grad_norm;
       c.offload.loss_scaling.enabled = loss_scaling;
       c.verify_integrity = integrity;
@@ -1000,18 +1043,25 @@ int run_typed(args& a) {
       smp.running(&runners[i], i,
                   fmt::format("{} {} {}/{}", runners[i].preset, measured ? "iteration" : "warm-up", k + 1,
                               measured ? iters : warmup));
-      auto it = run_iteration(runners[i], g, static_cast<std::size_t>(subgroup), 1e-4);
+      auto it = run_iteration(runners[i], g, static_cast<std::size_t>(subgroup), 1e-4, compute_s);
       smp.running(nullptr, i, "");
       if (measured) {
-        fill_bounds(it, runners[i], paths);
+        fill_bounds(it, runners[i], paths, compute_s);
         runners[i].iters.push_back(std::move(it));
       }
     };
-    if (compare || rules.size() > 1) {  // interleaved, so that ratios are of the same conditions
+    if (compare || rules.size() > 1 || ablate_overlap) {  // interleaved: ratios of the same conditions
       for (std::uint64_t k = 0; k < warmup; ++k)
         for (std::size_t i = 0; i < runners.size(); ++i) one(i, k, false);
+      // A runner whose step overlaps the next iteration (reads started as it returns) runs an
+      // unmeasured lead-in first, so that its measured iteration follows its own last step as in
+      // training: what the lead-in started moves inside the measured window, never in the time
+      // the other runners take (free time no training loop has).
       for (std::uint64_t k = 0; k < iters; ++k)
-        for (std::size_t i = 0; i < runners.size(); ++i) one(i, k, true);
+        for (std::size_t i = 0; i < runners.size(); ++i) {
+          if (runners[i].opt->offload().prefetch_next_step) one(i, k, false);
+          one(i, k, true);
+        }
     } else {
       for (std::size_t i = 0; i < runners.size(); ++i) {
         for (std::uint64_t k = 0; k < warmup; ++k) one(i, k, false);
@@ -1061,8 +1111,9 @@ int run_typed(args& a) {
   const auto show = [](const ratio& x) { return fmt::format("{:.2f}x ({:.2f}-{:.2f})", x.med, x.lo, x.hi); };
 
   fmt::print("\n{} measured iterations per preset{}, after {} warm-up; medians (min-max); GB = 1e9 bytes\n", iters,
-             compare || rules.size() > 1 ? ", presets interleaved" : "", warmup);
-  std::string head = fmt::format("{:<24} {:>20} {:>6} {:>9} {:>8} {:>10} {:>6}", "preset", "step s", "grads",
+             compare || rules.size() > 1 || ablate_overlap ? ", presets interleaved" : "", warmup);
+  std::string head = fmt::format("{:<24} {:>20} {:>6} {:>9} {:>8} {:>10} {:>6}", "preset",
+                                 compute_s > 0 ? "iteration s" : "step s", compute_s > 0 ? "fwd+bwd" : "grads",
                                  "read wait", "compute", "write wait", "other");
   for (const auto& p : paths) head += fmt::format(" {:>13}", p.name + " GB r/w");
   head += fmt::format(" {:>7} {:>5} {:>7}", "bound s", "eff", "B/param");
@@ -1073,7 +1124,7 @@ int run_typed(args& a) {
     for (std::size_t i = 0; i < runners.size(); ++i) {
       const auto twin = std::find_if(runners.begin(), runners.end(), [&](const runner& r) {
         return r.v.rule == "adamw" && r.v.preset == runners[i].v.preset && r.v.lock == runners[i].v.lock &&
-               r.v.equal == runners[i].v.equal;
+               r.v.equal == runners[i].v.equal && r.v.overlap == runners[i].v.overlap;
       });
       if (twin != runners.end()) speedup_rule[i] = ratios_over(*twin, whole)[i];
     }
@@ -1131,6 +1182,25 @@ int run_typed(args& a) {
              "bytes / summed write bandwidths and the host kernel's time; eff = bound / step (<= 1 when the\n"
              "bandwidths are the paths' ceilings: caps, or probes the medium cannot beat). B/param: bytes the step\n"
              "read and wrote per parameter (cache hits move none).\n");
+  if (compute_s > 0) {
+    // Each runner against the same rule's strata-no-overlap: per-round ratios, then their median.
+    fmt::print("\nwith {:.3g} s of compute per iteration (simulated device: forward {:.3g} s, then backward with the\n"
+               "gradients landing over {:.3g} s); bound = max(compute, the step's I/O bound); eff = bound / iteration:\n",
+               compute_s, compute_s / 3, compute_s - compute_s / 3);
+    std::string h3 = fmt::format("{:<24} {:>20} {:>9} {:>9} {:>8} {:>5} {:>20}", "preset", "iteration s", "compute s",
+                                 "I/O bound", "bound s", "eff", "vs strata-no-overlap");
+    fmt::print("{}\n{}\n", h3, std::string(h3.size(), '-'));
+    for (std::size_t i = 0; i < runners.size(); ++i) {
+      const auto twin = std::find_if(runners.begin(), runners.end(), [&](const runner& r) {
+        return r.v.preset == "strata" && !r.v.overlap && r.v.rule == runners[i].v.rule;
+      });
+      const auto& s = sums[i];
+      fmt::print("{:<24} {:>20} {:>9.2f} {:>9.2f} {:>8.2f} {:>5.2f} {:>20}\n", runners[i].preset,
+                 fmt::format("{:.2f} ({:.2f}-{:.2f})", s.total, s.lo, s.hi), compute_s, s.io_bound, s.bound,
+                 s.bound > 0 ? s.bound / s.total : 0.0,
+                 twin == runners.end() ? std::string("-") : show(ratios_over(*twin, whole)[i]));
+    }
+  }
   if (ratios) {
     fmt::print("\nbackward (gradient hand-over) and update apart, speedups over zero_infinity (medians of per-round\n"
                "ratios); this backward has no GPU compute, only the hand-over each preset does:\n");
@@ -1149,6 +1219,7 @@ int run_typed(args& a) {
     j.add("command", "step").add("params", params).add("subgroup", subgroup).add("cache_bytes", cache_bytes);
     j.add("grad", std::is_same_v<G, float> ? "fp32" : std::is_same_v<G, bf16> ? "bf16" : "fp16");
     j.add("iters", iters).add("warmup", warmup).add("compare", compare).add("compare_equal", compare_equal);
+    j.add("compute_s", compute_s);
     j.add("threads", threads);
     j.add("max_grad_norm", max_grad_norm).add("loss_scaling", loss_scaling).add("integrity", integrity);
     std::vector<std::string> pj;
@@ -1170,6 +1241,7 @@ int run_typed(args& a) {
       const auto& s = sums[i];
       json_object o;
       o.add("preset", r.preset).add("setup_s", r.setup_s).add("rule", r.v.rule);
+      o.add("prefetch_next_step", r.opt->offload().prefetch_next_step).add("overlap", r.v.overlap);
       std::vector<std::string> used;
       for (const auto k : r.paths) used.push_back(fmt::format("\"{}\"", paths[k].name));
       o.add_array("paths", used);
@@ -1178,6 +1250,7 @@ int run_typed(args& a) {
       o.add("write_wait_s", s.write_wait).add("other_s", s.other);
       o.add("lock", r.v.preset == "mlp_offload" ? r.v.lock : "none").add("striped", r.v.equal);
       o.add("update_s", s.update).add("bound_s", s.bound).add("serial_bound_s", s.serial_bound);
+      o.add("io_bound_s", s.io_bound);
       o.add("efficiency", s.bound > 0 ? s.bound / s.total : 0.0);
       if (ratios) {
         o.add("speedup_vs_zero_infinity", speedup[i].med).add("speedup_min", speedup[i].lo).add("speedup_max", speedup[i].hi);
@@ -1192,7 +1265,7 @@ int run_typed(args& a) {
         x.add("other_s", it.other_s);
         x.add("cache_hits", it.cache_hits).add("cache_misses", it.cache_misses);
         x.add("grad_bytes_written", it.grad_written);
-        x.add("bound_s", it.bound_s).add("serial_bound_s", it.serial_bound_s);
+        x.add("bound_s", it.bound_s).add("serial_bound_s", it.serial_bound_s).add("io_bound_s", it.io_bound_s);
         x.add_array("path_bytes_read", numbers(it.path_read)).add_array("path_bytes_written", numbers(it.path_written));
         its.push_back(x.str());
       }

@@ -94,16 +94,26 @@ TEST_CASE("gradients handed over in pieces step like whole ones, and path_totals
       CHECK(st.subgroups == 6);
     }
     const auto totals = opt.stats();
-    // A waiter wakes after the continuations have run (completion), so the counts are exact now.
-    const auto after = opt.path_totals();
+    // A waiter wakes after the continuations have run (completion), so the counts of writes are
+    // exact now: a step returns when its last write landed.
+    const auto written_by = opt.path_totals();
+    // The reads the last step started for the next one (prefetch_next_step) may still be in
+    // flight: flush waits for them (its writes of cached subgroups are not counted here).
+    opt.flush();
+    const auto read_by = opt.path_totals();
     std::uint64_t read = 0, written = 0;
-    for (std::size_t i = 0; i < after.size(); ++i) {
-      read += after[i].bytes_read - before[i].bytes_read;
-      written += after[i].bytes_written - before[i].bytes_written;
+    for (std::size_t i = 0; i < read_by.size(); ++i) {
+      read += read_by[i].bytes_read - before[i].bytes_read;
+      written += written_by[i].bytes_written - before[i].bytes_written;
     }
+    // The step that uses those reads counts them.
+    const auto g = random_grads<strata::bf16>(n, 202);
+    const auto next = opt.step(std::span<const strata::bf16>(g), 1e-3);
+    ref.step(std::span<const strata::bf16>(g), 1e-3);
+    CHECK((std::string(preset) == "strata") == (next.prefetched > 0));
     // Every byte the steps read or wrote (zero_infinity: also the fp32 gradient objects) was
     // moved by a path.
-    CHECK(read == totals.bytes_read);
+    CHECK(read == totals.bytes_read + next.prefetched_bytes);
     CHECK(written == totals.bytes_written + totals.gradient_bytes_written);
     std::vector<float> p(n);
     opt.read_master(p);
@@ -124,6 +134,8 @@ TEST_CASE("zero_infinity writes fp32 gradients to the tier and reads them back w
   CHECK(opt.offload().prefetch_depth == 1);
   CHECK(opt.offload().write_behind_depth == 1);
   CHECK(opt.offload().gradients == strata::gradient_residency::tier);
+  CHECK_FALSE(opt.offload().prefetch_next_step);  // DeepSpeed reads nothing before the step
+  CHECK(opt.step(std::span<const strata::bf16>(g), 1e-3).prefetched == 0);
 }
 
 TEST_CASE("mlp_offload places subgroups 2:1 and keeps the last ones of each step in host memory") {
@@ -287,6 +299,7 @@ TEST_CASE("mlp_offload's PFS path takes separate node-wide read and write locks,
     auto opt = strata::make_offloaded_adamw(c, init);
     CHECK(opt.offload().prefetch_depth == 1);  // one swap-in and one swap-out ahead per path
     CHECK(opt.offload().write_behind_depth == 1);
+    CHECK_FALSE(opt.offload().prefetch_next_step);
     flat_reference ref(init, c.adamw);
     run_and_compare(opt, ref, 2, 300);
     const bool separate_files = fs::exists(dir.path() / "locks" / "pfs.read") && fs::exists(dir.path() / "locks" / "pfs.write");

@@ -1,7 +1,8 @@
 // subgroup_pipeline's schedule, proven on host streams: the copy of subgroup k+1 overlaps the
 // kernel of subgroup k, depths stay bounded, no tier write starts before its copy back from the
 // device ended, a slow path never holds back a fast one, eager writes start before any read
-// completes, and failures on a stream leave every subgroup at the old or the new state.
+// completes, failures on a stream leave every subgroup at the old or the new state, and reads
+// started between passes (prefetch) run while the caller goes on and serve the next pass.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -28,6 +29,7 @@
 #include <strata/policy/sweep_aware.hpp>
 #include <strata/policy/update_order.hpp>
 #include <strata/tier/detail/adaptor_base.hpp>
+#include <strata/tier/faulty.hpp>
 #include <strata/tier/host_tier.hpp>
 #include <strata/tier/multipath.hpp>
 #include <strata/tier/throttled.hpp>
@@ -252,6 +254,7 @@ class gated_tier : public strata::detail::adaptor_base<strata::host_tier> {
   strata::completion read(std::string_view o, std::uint64_t off, std::span<std::byte> dst) {
     strata::completion_promise p;
     auto f = p.get_future();
+    ++reads_;
     {
       std::lock_guard l(m_);
       if (!closed_) return inner_.read(o, off, dst);
@@ -291,6 +294,7 @@ class gated_tier : public strata::detail::adaptor_base<strata::host_tier> {
     return waiting_;
   }
   int writes() const { return writes_.load(); }
+  int reads() const { return reads_.load(); }
 
  private:
   struct held {
@@ -304,7 +308,7 @@ class gated_tier : public strata::detail::adaptor_base<strata::host_tier> {
   bool closed_ = false;
   std::vector<held> held_;
   int waiting_ = 0;
-  std::atomic<int> writes_{0};
+  std::atomic<int> writes_{0}, reads_{0};
 };
 static_assert(strata::tier<gated_tier>);
 
@@ -478,6 +482,128 @@ TEST_CASE("cached subgroups an lru cache evicts before their update give their s
     });
     CHECK(pipe.slots().free_host() + cache == po.host_slots());  // every slot but the cache's is back
   }
+}
+
+TEST_CASE("prefetch starts the next pass's first uncached reads, returns while they are in flight, and the pass takes them over") {
+  const std::size_t subgroups = 6, n = 256;
+  gated_tier t("t");
+  strata::host_executor<> exec;
+  strata::host_budget budget(strata::unlimited_capacity);
+  strata::pipeline_options po;
+  po.cache_slots = 2;
+  po.prefetch_depth = 2;
+  po.write_behind_depth = 1;
+  strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(subgroups, n), po,
+                                                          strata::lru{});
+  pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+  const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
+  {
+    add_one_kernel<strata::host_executor<>> k;
+    CHECK(pipe.run(order, order, order, 0, k).updated == subgroups);
+  }
+  std::size_t cached = 0;
+  for (std::size_t s = 0; s < subgroups; ++s) cached += pipe.cached(s) ? 1 : 0;
+  REQUIRE(cached == 2);
+  REQUIRE_FALSE(pipe.cached(0));
+  REQUIRE_FALSE(pipe.cached(1));
+  t.close();  // every read now waits until open(): prefetch must not
+  const int reads_before = t.reads();
+  CHECK(pipe.prefetch(order) == 2);  // prefetch_depth on the one path: subgroups 0 and 1
+  CHECK(t.waiting() == 2);
+  CHECK(pipe.state(0).phase == strata::subgroup_phase::reading);
+  CHECK(pipe.state(1).phase == strata::subgroup_phase::reading);
+  CHECK(pipe.prefetch(order) == 0);  // already in flight: nothing more (the depth is reached)
+  t.open();
+  add_one_kernel<strata::host_executor<>> k;
+  const auto st = pipe.run(order, order, order, 1, k);
+  CHECK(st.updated == subgroups);
+  CHECK(st.prefetched == 2);
+  CHECK(st.cache_misses == subgroups);  // (lru evicts the cached ones before the order reaches them)
+  CHECK(st.prefetched_bytes == 2 * n * sizeof(float));
+  CHECK(st.bytes_read == subgroups * n * sizeof(float));
+  CHECK(t.reads() - reads_before == static_cast<int>(subgroups));  // none read twice
+  pipe.visit([&](std::size_t, std::span<const std::byte> b) {
+    const auto* f = reinterpret_cast<const float*>(b.data());
+    CHECK(f[0] == 2.0f);
+    CHECK(f[n - 1] == 2.0f);
+  });
+}
+
+TEST_CASE("a prefetched read that fails is forgotten: the next call goes on and the pass reads the subgroup again") {
+  const std::size_t subgroups = 5, n = 256;
+  strata::faulty<strata::host_tier> t(strata::host_tier_options{.name = "t"});
+  strata::host_executor<> exec;
+  strata::host_budget budget(strata::unlimited_capacity);
+  strata::pipeline_options po;
+  po.prefetch_depth = 2;
+  po.write_behind_depth = 1;
+  strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(subgroups, n), po,
+                                                          strata::lru{});
+  pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+  const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    t.inject({.kind = strata::fault_kind::eio, .op = strata::fault_op::read, .object = "sg-0"});
+    CHECK(pipe.prefetch(order) == 2);
+    if (step == 1) {  // a call other than run() waits for the reads; the failure is not its error
+      CHECK_NOTHROW(pipe.visit([](std::size_t, std::span<const std::byte>) {}));
+      CHECK(pipe.state(0).phase == strata::subgroup_phase::on_tier);
+      CHECK(pipe.state(1).phase == strata::subgroup_phase::resident);
+    }
+    add_one_kernel<strata::host_executor<>> k;
+    const auto st = pipe.run(order, order, order, step, k);
+    CHECK(st.updated == subgroups);
+    t.clear();
+  }
+  CHECK(t.fired() == 3);
+  pipe.visit([&](std::size_t, std::span<const std::byte> b) {
+    CHECK(reinterpret_cast<const float*>(b.data())[0] == 3.0f);
+  });
+  CHECK(pipe.slots().free_host() == po.host_slots());
+}
+
+TEST_CASE("subgroups prefetched for a pass that does not update them give their slots back") {
+  const std::size_t subgroups = 6, n = 256;
+  strata::host_tier t(strata::host_tier_options{.name = "t"});
+  strata::host_executor<> exec;
+  strata::host_budget budget(strata::unlimited_capacity);
+  strata::pipeline_options po;
+  po.prefetch_depth = 3;
+  po.write_behind_depth = 1;
+  strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(subgroups, n), po,
+                                                          strata::lru{});
+  pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+  const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
+  CHECK(pipe.prefetch(order) == 3);  // 0, 1, 2
+  pipe.settle();
+  // The pass updates 3, 4 and 5 only: the read-ahead of 0..2 must not starve it of slots.
+  const std::vector<std::size_t> todo{3, 4, 5};
+  add_one_kernel<strata::host_executor<>> k;
+  const auto st = pipe.run(order, order, todo, 0, k);
+  CHECK(st.updated == 3);
+  CHECK(st.prefetched == 3);
+  CHECK(pipe.slots().free_host() == po.host_slots());
+  pipe.visit([&](std::size_t s, std::span<const std::byte> b) {
+    CHECK(reinterpret_cast<const float*>(b.data())[0] == (s >= 3 ? 1.0f : 0.0f));
+  });
+}
+
+TEST_CASE("a pipeline destroyed with prefetched reads in flight waits for them") {
+  strata::faulty<strata::host_tier> t(strata::host_tier_options{.name = "t"});
+  strata::host_executor<> exec;
+  strata::host_budget budget(strata::unlimited_capacity);
+  strata::pipeline_options po;
+  po.prefetch_depth = 2;
+  po.write_behind_depth = 1;
+  const auto order = strata::order_of(strata::sequential{}, 0, 4);
+  {
+    strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(4, 4096), po, strata::lru{});
+    pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+    t.inject({.kind = strata::fault_kind::delay, .op = strata::fault_op::read, .object = {}, .after = 0,
+              .times = 0, .probability = 1.0, .delay = std::chrono::milliseconds(50)});
+    CHECK(pipe.prefetch(order) == 2);
+  }  // (ASan and TSan see a read that lands in a freed slot or posts to a dead pipeline)
+  CHECK(budget.used() == 0);
 }
 
 }  // namespace pipeline_test

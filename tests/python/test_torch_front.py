@@ -39,6 +39,27 @@ def test_hook_and_step_handover_are_bit_identical_and_say_which_they_used(tmp_pa
     assert ob.handover_used == "step" and oc.handover_used == "step"
 
 
+@pytest.mark.parametrize("handover", ["backward", "step"])
+def test_reads_of_the_next_step_started_as_a_step_returns_train_bit_identically_and_are_counted(tmp_path, handover):
+    ref_model, a, b = make_model(), make_model(), make_model()
+    ref = torch.optim.AdamW(groups(ref_model), foreach=False)
+    oa = strata_opt(a, tmp_path / "a", handover=handover, cache=0)  # every subgroup read at every step
+    ob = strata_opt(b, tmp_path / "b", handover=handover, cache=0, prefetch_next_step=False)
+    prefetched = []
+    for t in range(6):
+        train(a, oa, 1, first=t)
+        train(b, ob, 1, first=t)
+        prefetched.append(oa.last_step_stats["prefetched"])
+        assert ob.last_step_stats["prefetched"] == 0
+        assert oa.last_step_stats["bytes_read"] == ob.last_step_stats["bytes_read"]  # none read twice
+        if t == 2:  # reads of the state between steps wait for those in flight
+            assert torch.equal(flat_master(oa), flat_master(ob))
+    train(ref_model, ref, 6)
+    assert prefetched[0] == 0 and all(n > 0 for n in prefetched[1:])
+    assert same(a, b)
+    assert max_rel(ref_model, a) < REL
+
+
 def _schedulers():
     S = torch.optim.lr_scheduler
     out = {
@@ -269,7 +290,10 @@ def test_an_object_prefix_in_use_is_a_busy_error_and_another_prefix_shares_the_d
 
 def test_a_damaged_state_file_is_an_integrity_error_and_the_checkpoint_still_resumes(tmp_path):
     model = make_model()
-    opt = strata_opt(model, tmp_path, paths=[tmp_path / "nvme"], checkpoint_dir=tmp_path / "ckpt", cache=0)
+    # (the file is damaged between steps: reads of the next step started as a step returns could
+    # have read it before)
+    opt = strata_opt(model, tmp_path, paths=[tmp_path / "nvme"], checkpoint_dir=tmp_path / "ckpt", cache=0,
+                     prefetch_next_step=False)
     train(model, opt, 2)
     sd = opt.state_dict()
     master = flat_master(opt)

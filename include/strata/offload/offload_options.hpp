@@ -65,6 +65,11 @@ struct offload_options {
   /// Write a cached subgroup right after its update when the update order will push it out of
   /// the cache before the step ends, so that writes start with the step (it stays cached, clean).
   bool eager_writes = true;
+  /// When a step returns, start reading the subgroups the next step updates first (those this
+  /// step updated, in the next step's order, that the cache does not hold: prefetch_depth per
+  /// path) into free pipeline slots, so the reads run while the caller computes the next
+  /// gradients. They change no state; any other call waits for them first.
+  bool prefetch_next_step = true;
   /// CPU threads of the update kernel (the calling thread included).
   std::size_t threads = default_thread_count();
   /// Where gradients given to accept_gradients (and, with `tier`, to step) wait for the update.

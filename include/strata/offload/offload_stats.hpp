@@ -41,6 +41,10 @@ struct offload_step_stats {
   double total_s = 0;
   std::uint64_t cache_hits = 0;    ///< subgroups found in the host cache
   std::uint64_t cache_misses = 0;  ///< subgroups read from a tier
+  /// Reads of this step that the previous one started as it returned (prefetch_next_step), and
+  /// their bytes (in bytes_read too; a subgroup this step does not update was read for nothing).
+  std::uint64_t prefetched = 0;
+  std::uint64_t prefetched_bytes = 0;
   std::uint64_t bytes_read = 0;    ///< state (and fp32 gradients, when they live on the tier) read
   std::uint64_t bytes_written = 0; ///< state written (gradient writes of backward are not counted here)
   std::vector<path_traffic> paths;
@@ -56,6 +60,7 @@ struct offload_step_stats {
   /// docs/design.md section 2, the full-duplex bound: max(read / sum of read bandwidths,
   /// written / sum of write bandwidths, kernel_s); 0 when a bandwidth is unknown. A real lower
   /// bound when the bandwidths are the paths' ceilings (a path may read and write at once).
+  /// "read" leaves out prefetched_bytes: they may have moved before the call began.
   double bound_s = 0;
   /// read / sum of read bandwidths + written / sum of write bandwidths, or kernel_s when larger:
   /// what the step would take if no path could read and write at once (not a lower bound).
@@ -77,7 +82,7 @@ struct offload_step_stats {
       bound_s = serial_bound_s = efficiency = 0;
       return;
     }
-    const double read = static_cast<double>(bytes_read) / rbw;
+    const double read = static_cast<double>(bytes_read - std::min(prefetched_bytes, bytes_read)) / rbw;
     const double write = static_cast<double>(bytes_written) / wbw;
     bound_s = std::max({read, write, kernel_s});
     serial_bound_s = std::max(read + write, kernel_s);

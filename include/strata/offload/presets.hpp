@@ -13,14 +13,16 @@
 /// What each one emulates, and how faithfully, is in docs/design.md section 4.
 /// - zero_infinity: ZeRO-Infinity's way (DeepSpeed's pipelined optimizer swapper), the baseline.
 ///   One path; fp32 gradients written to the tier during backward and read back at the update;
-///   sequential order; prefetch the next subgroup, write the previous one behind. No state kept
-///   across steps unless the base gives a host cache (an equal-resources comparison): then belady
-///   keeps the subgroups that serve a sequential order best.
+///   sequential order; prefetch the next subgroup, write the previous one behind, nothing read
+///   before step() is called. No state kept across steps unless the base gives a host cache (an
+///   equal-resources comparison): then belady keeps the subgroups that serve a sequential order
+///   best.
 /// - mlp_offload: MLP-Offload (SC'25). Two paths placed 2:1 (NVMe:PFS) round robin, one read-ahead
 ///   and one write-behind per path (one swapper per path with one async swap-in and one async
 ///   swap-out), the PFS path behind node-wide locks taken per request (its swap calls), one for
 ///   reads and one for writes; alternating order with the last K subgroups kept in host memory
-///   (lru: with an alternating order it keeps exactly those); 16-bit gradients kept in host memory.
+///   (lru: with an alternating order it keeps exactly those); 16-bit gradients kept in host memory;
+///   nothing read before step() is called.
 /// - strata_preset ("strata"): placement proportional to each path's measured or declared
 ///   bandwidth, a sweep_aware cache as large as the budget leaves after a deeper pipeline,
 ///   gradients where the base says: 16-bit in host memory by default, or automatic (host memory
@@ -87,6 +89,7 @@ struct zero_infinity {
                                                offload_options base, bool /*device*/ = false) {
     base.prefetch_depth = 1;
     base.write_behind_depth = 1;
+    base.prefetch_next_step = false;  // DeepSpeed's swapper reads a step's state within the step
     base.gradients = gradient_residency::tier;
     return base;
   }
@@ -124,6 +127,7 @@ struct mlp_offload {
     if (base.gradients != gradient_residency::caller) base.gradients = gradient_residency::host;
     base.prefetch_depth = 1;  // per path: its swapper's one async swap-in and one async swap-out
     base.write_behind_depth = 1;
+    base.prefetch_next_step = false;  // as DeepSpeed's: nothing read before the step
     if (base.host_cache_bytes == 0 && !base.cache_subgroups) base.host_cache_bytes = default_kept * detail::slot_footprint(params, a, base);
     return base;
   }

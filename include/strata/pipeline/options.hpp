@@ -71,6 +71,10 @@ struct pass_stats {
   std::uint64_t bytes_written = 0;
   std::vector<std::uint64_t> path_read;     ///< per path
   std::vector<std::uint64_t> path_written;  ///< per path
+  /// Subgroups whose read prefetch() started before the pass, and their bytes (in bytes_read
+  /// too; moved, in part or whole, before the pass began).
+  std::size_t prefetched = 0;
+  std::uint64_t prefetched_bytes = 0;
 };
 
 }  // namespace strata

@@ -37,7 +37,15 @@
 /// tier, or in their slot when their write failed: written first by the next pass or flush());
 /// the others are at the previous pass. Run the pass again with the remaining subgroups.
 ///
-/// Not thread-safe: one thread calls at a time. Every call returns with nothing in flight.
+/// Reads between passes. prefetch(next order) starts reading the subgroups the next pass needs
+/// first and returns at once, so those reads run while the caller does other work (a training
+/// loop's forward and backward); the next run() takes them over as if it had issued them, and
+/// every other call waits for them first. They read into free host slots (the cache's own
+/// subgroups stay), so they cost the budget nothing; they change no state, so a failed one is
+/// forgotten and the pass reads that subgroup again (and reports that read's error).
+///
+/// Not thread-safe: one thread calls at a time. Every call returns with nothing in flight but the
+/// reads prefetch() started.
 
 #include <algorithm>
 #include <cstddef>
@@ -94,6 +102,8 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
       : core(std::move(tier), exec, budget, std::move(objects), std::move(o), std::move(evict), std::move(site), trace) {}
   subgroup_pipeline(const subgroup_pipeline&) = delete;
   subgroup_pipeline& operator=(const subgroup_pipeline&) = delete;
+  /// Waits for reads prefetch() started (they write into the slots and post to this pipeline).
+  ~subgroup_pipeline() { this->settle_noexcept(); }
 
   // --- passes -------------------------------------------------------------------------------------
 
@@ -102,6 +112,9 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   /// as it is written). The cache starts empty.
   template <class Fill>
   void initialize(Fill&& fill) {
+    this->settle();
+    for (std::size_t s = 0; s < this->recs_.size(); ++s)  // prefetched: about to be replaced
+      if (clean_read_ahead(s)) this->drop(s);
     this->begin_call();
     std::size_t next = 0;
     this->run_loop(
@@ -145,6 +158,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   /// one, else read through free slots (several at once).
   template <class F>
   void visit(F&& fn) {
+    this->settle();
     this->begin_call();
     const std::size_t n = this->objects_.size();
     std::size_t next = 0;   // next subgroup to hand to fn
@@ -188,6 +202,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   /// Writes every subgroup whose host copy is newer than the tier's, then flushes the tier: the
   /// tier then holds the whole current state durably.
   void flush() {
+    this->settle();
     this->begin_call();
     for (std::size_t s = 0; s < this->recs_.size(); ++s)
       if (resident_dirty(s)) this->queue_write(s);
@@ -200,7 +215,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   /// costs the budget nothing more); capacity_error when every slot holds a subgroup.
   template <class F>
   decltype(auto) with_free_slot(F&& fn) {
-    STRATA_ASSERT(this->in_flight() == 0);
+    STRATA_ASSERT(this->in_flight() == this->reads_);  // between passes (prefetch keeps a slot free)
     auto& pool = this->pool_;
     const auto slot = pool.take_host();
     STRATA_EXPECTS(slot.has_value(), capacity_error,
@@ -212,6 +227,46 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     } guard{pool, *slot};
     return std::forward<F>(fn)(pool.host(*slot));
   }
+
+  // --- between passes -----------------------------------------------------------------------------
+
+  /// Starts reading, for the next pass, the first subgroups of `order` (that pass's order, or the
+  /// part of it expected to be updated) that are neither cached nor resident: per path up to
+  /// prefetch_depth (at least 1), as the pass itself reads ahead, while more than one host slot
+  /// is free (one stays free for with_free_slot). Returns at once with the reads in flight; see
+  /// the file comment. Returns how many reads it started.
+  std::size_t prefetch(std::span<const std::size_t> order) {
+    STRATA_ASSERT(this->in_flight() == this->reads_);
+    auto& pool = this->pool_;
+    const std::size_t n = this->objects_.size();
+    const std::size_t paths = this->paths_.size();
+    const std::size_t depth = std::max<std::size_t>(this->opts_.prefetch_depth, 1);
+    std::vector<std::size_t> ahead(paths, 0);
+    std::size_t started = 0, saturated = 0;
+    for (const std::size_t s : order) {
+      STRATA_EXPECTS(s < n, config_error, "subgroup_pipeline::prefetch: subgroup {} past the {} subgroups", s, n);
+      auto& r = this->recs_[s];
+      const std::size_t path = this->path_of(s);
+      if (r.state.phase == subgroup_phase::on_tier) {
+        if (ahead[path] >= depth) continue;
+        if (pool.free_host() <= 1) break;
+        this->issue_read(s, /*with_aux=*/false);
+        r.early = true;
+        ++this->early_count_;
+        this->early_bytes_ += this->objects_[s].bytes;
+        this->early_path_bytes_[path] += this->objects_[s].bytes;
+        ++started;
+      } else if (pool.cached(s) ||
+                 (r.state.phase != subgroup_phase::reading && r.state.phase != subgroup_phase::resident)) {
+        continue;  // cached: nothing to read
+      }
+      if (++ahead[path] == depth && ++saturated == paths) break;
+    }
+    return started;
+  }
+
+  /// Waits for the reads prefetch() started; what they read stays for the next pass.
+  void settle() { core::settle(); }
 
   // --- what it holds ------------------------------------------------------------------------------
 
@@ -237,6 +292,12 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   [[nodiscard]] bool resident_dirty(std::size_t s) const noexcept {
     const auto& st = this->recs_[s].state;
     return st.phase == subgroup_phase::resident && st.dirty;
+  }
+  // Resident in a slot of its own, clean, not cached: read ahead (by prefetch, or by a pass
+  // that failed), so the slot may go back at no cost.
+  [[nodiscard]] bool clean_read_ahead(std::size_t s) const {
+    const auto& st = this->recs_[s].state;
+    return st.phase == subgroup_phase::resident && !st.dirty && !this->pool_.cached(s);
   }
 
   pass_stats run_with(std::span<const std::size_t> order, std::span<const std::size_t> next,
@@ -273,6 +334,15 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     this->step_ = step;
     this->pos_ = 0;
     for (auto& r : this->recs_) r.aux_ready = false;  // side objects (gradients) are per pass
+    // Reads prefetch() started count in this pass; what it read that this pass does not update
+    // gives its slot back (the reads still in flight: when they land).
+    st.prefetched = std::exchange(this->early_count_, 0);
+    st.prefetched_bytes = std::exchange(this->early_bytes_, 0);
+    st.bytes_read += st.prefetched_bytes;
+    for (std::size_t p = 0; p < this->paths_.size() && p < this->early_path_bytes_.size(); ++p)
+      st.path_read[p] += std::exchange(this->early_path_bytes_[p], 0);
+    for (std::size_t s = 0; s < n; ++s)
+      if (!this->wanted_[s] && clean_read_ahead(s)) this->drop(s);
     // Subgroups whose write failed in an earlier call hold the only copy of their state: first.
     for (std::size_t s = 0; s < n; ++s)
       if (resident_dirty(s) && !this->pool_.cached(s) && !this->wanted_[s]) this->queue_write(s);
@@ -281,10 +351,8 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
 
     this->wanted_.assign(n, false);
     // Read ahead but never updated (a failed pass): clean, so the slot goes back.
-    for (std::size_t s = 0; s < n; ++s) {
-      const auto& state = this->recs_[s].state;
-      if (state.phase == subgroup_phase::resident && !state.dirty && !this->pool_.cached(s)) this->drop(s);
-    }
+    for (std::size_t s = 0; s < n; ++s)
+      if (clean_read_ahead(s)) this->drop(s);
     st.total_s = core::seconds_since(t0);
     this->end_call();
     return st;

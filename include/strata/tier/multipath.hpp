@@ -167,7 +167,8 @@ class multipath_core {
 
   /// Between steps, for placements that re-plan (`adaptive`): feeds them what each path moved
   /// since the last call, then migrates objects (read, write elsewhere, remove) towards the new
-  /// plan, at most the policy's byte bound. Call it only while no request is in flight.
+  /// plan, at most the policy's byte bound. Call it only while no request is in flight (an
+  /// optimizer's step returns with the next step's first reads started: flush() it first).
   /// Returns the bytes moved; 0 for placements that do not re-plan.
   std::uint64_t rebalance() {
     if constexpr (!requires(Placement& p, std::span<const path_view> v) { p.plan(v); }) {

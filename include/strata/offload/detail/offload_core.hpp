@@ -364,6 +364,7 @@ class offload_core {
   /// typed error, naming the object's path), so one failed path never leaves objects on another.
   std::size_t remove_state() {
     check_state("remove_state");
+    s_->pipeline.settle();  // (reads of the next step's first subgroups)
     removed_ = true;
     std::size_t n = 0;
     std::exception_ptr first;
@@ -732,6 +733,7 @@ class offload_core {
   // an I/O error), the objects it created are removed again.
   template <class Fill>
   void write_initial_state(Fill&& fill) {
+    s_->pipeline.settle();
     reclaim_objects();
     try {
       s_->pipeline.initialize(std::forward<Fill>(fill));
@@ -1159,6 +1161,8 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   st.total_s = ps.total_s;
   st.cache_hits = ps.cache_hits;
   st.cache_misses = ps.cache_misses;
+  st.prefetched = ps.prefetched;
+  st.prefetched_bytes = ps.prefetched_bytes;
   st.bytes_read = ps.bytes_read;
   st.bytes_written = ps.bytes_written;
   auto& pipe = s_->pipeline;
@@ -1174,6 +1178,15 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   totals_.bytes_written += st.bytes_written;
   totals_.steps = step_count_;
   totals_.last = st;
+  if (offload_.prefetch_next_step) {
+    std::vector<std::size_t> first;  // the next order, as far as this step's gradients reached
+    for (const std::size_t s : next)
+      if (touched(s)) first.push_back(s);
+    try {
+      pipe.prefetch(first);
+    } catch (...) {  // the step is done; a read not started is read by the next step
+    }
+  }
   if (model_copy_failed) std::rethrow_exception(model_copy_failed);
   return st;
 }

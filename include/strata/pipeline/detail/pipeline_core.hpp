@@ -262,18 +262,24 @@ class pipeline_core : protected pipeline_state<Exec> {
     const std::size_t s = m.s;
     auto& r = recs_[s];
     switch (m.kind) {
-      case msg_kind::read:
+      case msg_kind::read: {
         --reads_;
+        const bool early = std::exchange(r.early, false);
         if (m.error) {
           apply(s, subgroup_event::read_failed);
           pool_.give_host(r.slot);
           r.slot = npos;
-          fail(m.error);
+          // A read prefetch() started changes nothing when it fails: the pass that needs the
+          // subgroup reads it again and reports that read's error.
+          if (!early) fail(m.error);
         } else {
           apply(s, subgroup_event::read_done);
-          r.aux_ready = has_aux(s);
+          r.aux_ready = has_aux(s) && !early;  // (prefetch reads the state alone)
+          // prefetched for a pass that does not update it: the slot goes back at once
+          if (early && stats_ != nullptr && !this->wanted_[s] && !pool_.cached(s)) drop(s);
         }
         return;
+      }
       case msg_kind::aux_read:
         --aux_reads_;
         r.aux_reading = false;
@@ -341,6 +347,29 @@ class pipeline_core : protected pipeline_state<Exec> {
     --device_updates_;
     if (stats_ != nullptr) ++stats_->device_updates;
     committed(s, kernel);
+  }
+
+  // --- reads between passes ----------------------------------------------------------------------
+
+  // Waits for the reads prefetch() started (the only work in flight between calls); what they
+  // read stays resident for the next pass.
+  void settle() {
+    if (reads_ == 0) return;
+    run_loop([] {}, [] { return true; }, nullptr);
+  }
+  // The same where nothing may throw (destruction): only the counts are kept up.
+  void settle_noexcept() noexcept {
+    std::vector<message> inbox;
+    while (reads_ > 0) {
+      {
+        std::unique_lock lock(mail_mutex_);
+        mail_cv_.wait(lock, [&] { return !mail_.empty(); });
+        inbox.swap(mail_);
+      }
+      for (const auto& m : inbox)
+        if (m.kind == msg_kind::read) --reads_;
+      inbox.clear();
+    }
   }
 
   // --- the event loop and failures ----------------------------------------------------------------

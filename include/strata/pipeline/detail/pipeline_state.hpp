@@ -66,6 +66,7 @@ class pipeline_state {
     wanted_.assign(objects_.size(), false);
     paths_ = tier_.path_descriptors();
     path_writes_.assign(paths_.size() + 1, 0);  // the last: objects not placed yet
+    early_path_bytes_.assign(paths_.size(), 0);
     write_queue_.resize(paths_.size() + 1);
   }
   pipeline_state(const pipeline_state&) = delete;
@@ -84,6 +85,7 @@ class pipeline_state {
     bool queued = false;          // in a write queue
     bool hit = false;             // was cached when its update started
     bool pinned = false;          // pinned in the cache policy while work on it is in flight
+    bool early = false;           // read by prefetch() for the next pass, not completed yet
   };
   enum class msg_kind : std::uint8_t { read, aux_read, write, host_update, h2d, kernel, d2h };
   struct message {
@@ -161,8 +163,10 @@ class pipeline_state {
     return waiting_for::write;
   }
 
+  // Between calls only reads that prefetch() started may be in flight: run() takes them over,
+  // every other call waits for them first (settle).
   void begin_call() {
-    STRATA_ASSERT(in_flight() == 0);
+    STRATA_ASSERT(in_flight() == reads_);
     err_ = nullptr;
   }
   void end_call() {
@@ -263,6 +267,10 @@ class pipeline_state {
   std::vector<std::size_t> path_writes_;             // per path (and the unplaced queue), in flight
   std::vector<std::deque<std::size_t>> write_queue_;  // per path (and the unplaced queue), oldest first
   std::size_t reads_ = 0, writes_ = 0, aux_reads_ = 0, host_updates_ = 0, device_updates_ = 0;
+  // Reads prefetch() started since the last pass, for that pass's statistics.
+  std::size_t early_count_ = 0;
+  std::uint64_t early_bytes_ = 0;
+  std::vector<std::uint64_t> early_path_bytes_;
   // The pass in progress.
   std::vector<std::size_t> todo_;
   std::vector<std::size_t> position_;  // place of each subgroup in the pass's order
