@@ -321,6 +321,9 @@ struct iteration {
   std::vector<std::uint64_t> path_read, path_written;  // completed bytes per path, gradients included
   double bound_s = 0, serial_bound_s = 0;
   double io_bound_s = 0;  // the I/O bound alone (bound_s is max(compute, it) with --compute)
+  // Bytes in flight as the iteration began (reads the last step started, writes it left): they
+  // complete inside the iteration but may have moved before it, so the bound leaves them out.
+  std::uint64_t carried_read = 0, carried_written = 0;
 };
 
 /// How one runner differs from its preset's defaults.
@@ -358,6 +361,7 @@ struct runner {
   std::optional<any_offloaded_optimizer> opt;
   double setup_s = 0;
   std::vector<iteration> iters;
+  std::uint64_t writes_left_bytes = 0;  // of its last step: they land in its next iteration
 };
 
 /// Cumulative bytes of each path of the running preset, sampled over time (for the throughput chart).
@@ -490,6 +494,8 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
   it.grad_written = r.opt->stats().gradient_bytes_written - grad_bytes_before;
   const auto st = r.opt->step(lr);
   it.total_s = since(t0);
+  it.carried_read = st.prefetched_bytes;
+  it.carried_written = std::exchange(r.writes_left_bytes, st.writes_left_bytes);
   it.read_wait_s = st.read_wait_s;
   it.compute_s = st.compute_s;
   it.kernel_s = st.kernel_s;
@@ -512,7 +518,8 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
 /// the paths' ceilings (caps, or probes the medium cannot beat). Also the serial form, read time
 /// + write time, which is not a lower bound on full-duplex links.
 /// With compute on a device, the iteration's bound is max(compute, that bound): the device and the
-/// paths each need their time at least, whatever overlaps.
+/// paths each need their time at least, whatever overlaps. Bytes are those that completed within
+/// the iteration, less those in flight as it began (they may have moved before it).
 void fill_bounds(iteration& it, const runner& r, const std::vector<path_spec>& paths, double compute_s) {
   double rbw = 0, wbw = 0, rb = 0, wb = 0;
   for (std::size_t k = 0; k < r.paths.size(); ++k) {
@@ -524,6 +531,8 @@ void fill_bounds(iteration& it, const runner& r, const std::vector<path_spec>& p
     wb += static_cast<double>(it.path_written[k]);
   }
   if (rbw <= 0 || wbw <= 0) return;
+  rb = std::max(0.0, rb - static_cast<double>(it.carried_read));
+  wb = std::max(0.0, wb - static_cast<double>(it.carried_written));
   const double grads = std::min(static_cast<double>(it.grad_written), wb);
   it.io_bound_s = grads / wbw + std::max({rb / rbw, (wb - grads) / wbw, it.kernel_s});
   it.bound_s = std::max(compute_s, it.io_bound_s);
@@ -1179,7 +1188,8 @@ int run_typed(args& a) {
   }
   fmt::print("bound (docs/design.md section 2, full duplex): zero_infinity's gradient writes of backward / the sum of\n"
              "the paths' write bandwidths, then the largest of read bytes / summed read bandwidths, the other written\n"
-             "bytes / summed write bandwidths and the host kernel's time; eff = bound / step (<= 1 when the\n"
+             "bytes / summed write bandwidths and the host kernel's time (bytes completed in the iteration, less\n"
+             "those in flight as it began: reads started and writes left by the last step); eff = bound / step (<= 1 when the\n"
              "bandwidths are the paths' ceilings: caps, or probes the medium cannot beat). B/param: bytes the step\n"
              "read and wrote per parameter (cache hits move none).\n");
   if (compute_s > 0) {

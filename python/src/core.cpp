@@ -240,6 +240,7 @@ strata::offloaded_adamw_config config_of(nb::dict options) {
   o.prefetch_depth = take<std::size_t>(d, "prefetch_depth", o.prefetch_depth);
   o.write_behind_depth = take<std::size_t>(d, "write_behind_depth", o.write_behind_depth);
   o.prefetch_next_step = take<bool>(d, "prefetch_next_step", o.prefetch_next_step);
+  o.return_before_writes = take<bool>(d, "return_before_writes", o.return_before_writes);
   o.threads = take<std::size_t>(d, "threads", o.threads);
   const std::string residency = take<std::string>(d, "gradients", "host");
   if (residency != "host" && residency != "tier" && residency != "automatic" && residency != "caller")
@@ -324,6 +325,8 @@ nb::dict step_stats_of(const strata::offload_step_stats& s) {
   d["cache_misses"] = s.cache_misses;
   d["prefetched"] = s.prefetched;
   d["prefetched_bytes"] = s.prefetched_bytes;
+  d["writes_left"] = s.writes_left;
+  d["writes_left_bytes"] = s.writes_left_bytes;
   d["bytes_read"] = s.bytes_read;
   d["bytes_written"] = s.bytes_written;
   d["paths"] = paths_of(s.paths);

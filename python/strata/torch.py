@@ -1088,7 +1088,7 @@ class _Offloaded(torch.optim.Optimizer):
     def _merge_stats(stats: list, counts: dict) -> dict:
         out = {"segments": stats, "handover": dict(counts)}
         for key in ("subgroups", "bytes_read", "bytes_written", "cache_hits", "cache_misses", "prefetched",
-                    "prefetched_bytes"):
+                    "prefetched_bytes", "writes_left", "writes_left_bytes"):
             out[key] = sum(s[key] for s in stats)
         for key in ("read_wait_s", "compute_s", "kernel_s", "write_wait_s", "total_s"):
             out[key] = sum(s[key] for s in stats)
@@ -1598,8 +1598,8 @@ class OffloadedAdamW(_Offloaded):
             (default: the world), and whether to shard it (default: yes, unless the parameters
             are DTensors, which FSDP shards already).
         options: further strata options (prefetch_depth, write_behind_depth, prefetch_next_step,
-            gradients="tier" or "automatic", stripe_paths, node_limiter_permits,
-            node_limiter_name).
+            return_before_writes, gradients="tier" or "automatic", stripe_paths,
+            node_limiter_permits, node_limiter_name).
     """
 
     def __init__(

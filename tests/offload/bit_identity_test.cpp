@@ -43,15 +43,17 @@ struct config {
   bool ranges;     // accept_gradients_at with ranges that cross subgroups
   bool grads_on_tier;
   bool prefetch_next;  // reads of the next step start as step() returns
+  bool writes_after;   // step() returns before its last writes land (return_before_writes)
   bool check_each;     // compare the state after every step (waits for those reads), or only at the end
   int steps;
   strata::adamw_options opts;
   std::string describe() const {
     return fmt::format(
         "seed {} params {} subgroup {} cache {} paths {} threads {} prefetch {} wb {} grad {} out {} accept {} "
-        "ranges {} tier-grads {} prefetch-next {} check-each {} steps {} amsgrad {} decoupled {} maximize {}",
+        "ranges {} tier-grads {} prefetch-next {} writes-after {} check-each {} steps {} amsgrad {} decoupled {} "
+        "maximize {}",
         seed, params, subgroup, cache_subgroups, paths, threads, prefetch, write_behind, grad_type, model_out, accept,
-        ranges, grads_on_tier, prefetch_next, check_each, steps, opts.amsgrad, opts.decoupled, opts.maximize);
+        ranges, grads_on_tier, prefetch_next, writes_after, check_each, steps, opts.amsgrad, opts.decoupled, opts.maximize);
   }
 };
 
@@ -85,6 +87,7 @@ config random_config(std::uint64_t seed) {
   c.opts.amsgrad = pick(0, 3) == 0;
   c.opts.maximize = pick(0, 5) == 0;
   c.opts.beta1 = pick(0, 1) == 0 ? 0.9 : 0.8;
+  c.writes_after = pick(0, 3) != 0;  // (drawn last: the earlier draws of a seed stay as they were)
   return c;
 }
 
@@ -176,6 +179,7 @@ void run_config(const config& in, Order order) {
   off.write_behind_depth = c.write_behind;
   off.threads = c.threads;
   off.prefetch_next_step = c.prefetch_next;
+  off.return_before_writes = c.writes_after;
   off.gradients = c.grads_on_tier ? strata::gradient_residency::tier : strata::gradient_residency::host;
   const std::size_t slot = strata::host_budget::footprint(
       std::min(c.params, c.subgroup) * sizeof(float) * ((c.opts.amsgrad ? 4 : 3) + (c.grads_on_tier ? 1 : 0)));

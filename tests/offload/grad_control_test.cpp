@@ -261,8 +261,13 @@ TEST_CASE("a step that fails part-way keeps its clip decision and loss scale; th
   ref.step(std::span<const strata::bf16>(g0), ao.lr, std::span<strata::bf16>(none));
   CHECK(opt.loss_scale() == 512.0f);
   const auto g1 = scaled_grads<strata::bf16>(n, 51, opt.loss_scale(), false);
-  tier.inject({.kind = strata::fault_kind::eio, .op = strata::fault_op::read, .object = {}, .after = 3, .times = 1});
+  // Subgroup 0 comes last in this step's (alternating) order: neither the cache, nor the reads
+  // started as step 0 returned, nor a write step 0 left in flight holds it; its read fails.
+  REQUIRE_FALSE(opt.cached(0));
+  tier.inject({.kind = strata::fault_kind::eio, .op = strata::fault_op::read, .object = opt.object_name(0), .after = 0,
+               .times = 1});
   CHECK_THROWS_AS(opt.step(std::span<const strata::bf16>(g1)), strata::io_error);
+  CHECK(tier.fired() == 1);
   CHECK(opt.loss_scale() == 512.0f);  // not updated by a step that did not finish
   tier.clear();
   const auto st = opt.step(std::span<const strata::bf16>(g1));

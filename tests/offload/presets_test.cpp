@@ -77,7 +77,11 @@ TEST_CASE("gradients handed over in pieces step like whole ones, and path_totals
                                       std::pair{"strata", 2ul}}) {
     CAPTURE(preset);
     temp_dir dir(fs::temp_directory_path(), "offload-accept");
-    auto opt = strata::make_offloaded_adamw(base_config(dir.path(), preset, paths), init);
+    auto c = base_config(dir.path(), preset, paths);
+    // Bytes are compared at step boundaries: no write left in flight as a step returns (those
+    // land later; path_totals count a write when it completes, the stats when it is issued).
+    c.offload.return_before_writes = false;
+    auto opt = strata::make_offloaded_adamw(c, init);
     flat_reference ref(init, strata::adamw_options{});
     const auto before = opt.path_totals();
     REQUIRE(before.size() == paths);
@@ -135,6 +139,7 @@ TEST_CASE("zero_infinity writes fp32 gradients to the tier and reads them back w
   CHECK(opt.offload().write_behind_depth == 1);
   CHECK(opt.offload().gradients == strata::gradient_residency::tier);
   CHECK_FALSE(opt.offload().prefetch_next_step);  // DeepSpeed reads nothing before the step
+  CHECK_FALSE(opt.offload().return_before_writes);  // nor writes after it
   CHECK(opt.step(std::span<const strata::bf16>(g), 1e-3).prefetched == 0);
 }
 
@@ -300,6 +305,7 @@ TEST_CASE("mlp_offload's PFS path takes separate node-wide read and write locks,
     CHECK(opt.offload().prefetch_depth == 1);  // one swap-in and one swap-out ahead per path
     CHECK(opt.offload().write_behind_depth == 1);
     CHECK_FALSE(opt.offload().prefetch_next_step);
+    CHECK_FALSE(opt.offload().return_before_writes);
     flat_reference ref(init, c.adamw);
     run_and_compare(opt, ref, 2, 300);
     const bool separate_files = fs::exists(dir.path() / "locks" / "pfs.read") && fs::exists(dir.path() / "locks" / "pfs.write");

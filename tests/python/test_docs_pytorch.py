@@ -441,8 +441,7 @@ def test_trainer_takes_it_as_it_is_and_resumes_from_its_checkpoint_torch_equal(t
 # --- Memory, CUDA, errors, statistics -------------------------------------------------------------
 
 
-def test_a_host_memory_budget_bounds_the_peak_and_cache_0_streams_the_whole_state_each_step(tmp_path,
-                                                                                           monkeypatch):
+def test_a_host_memory_budget_bounds_the_peak_and_cache_0_keeps_nothing_between_steps(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # doc-snippet: memory
     model = torch.nn.Linear(1024, 1024)  # 1,049,600 parameters: 12.6 MB of AdamW state in fp32
@@ -456,10 +455,18 @@ def test_a_host_memory_budget_bounds_the_peak_and_cache_0_streams_the_whole_stat
         model(torch.randn(8, 1024)).square().mean().backward()
         opt.step(); opt.zero_grad()
     print(opt.stats()["host_memory_peak"])  # 442368: under 0.5 MB
-    print(opt.last_step_stats["bytes_read"], opt.last_step_stats["bytes_written"])  # 12595200 12595200
+    print(opt.last_step_stats["bytes_written"])  # 12595200: the whole state
+    print(opt.last_step_stats["bytes_read"])  # 12595200, or less by the writes still landing
     # doc-snippet-end
     assert opt.stats()["host_memory_peak"] <= 4 << 20
-    assert opt.last_step_stats["bytes_read"] == opt.last_step_stats["bytes_written"] == 12 * 1049600
+    assert opt.last_step_stats["bytes_written"] == 12 * 1049600
+    # Read back but for subgroups whose writes the last step left in flight and that this one
+    # updates first (they stay in their pipeline slots).
+    left = opt.last_step_stats["writes_left_bytes"]
+    assert left > 0
+    model(torch.randn(8, 1024)).square().mean().backward()
+    opt.step()
+    assert 12 * 1049600 - left <= opt.last_step_stats["bytes_read"] <= 12 * 1049600
     assert opt.last_step_stats["cache_hits"] == 0
 
 

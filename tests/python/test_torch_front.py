@@ -40,23 +40,34 @@ def test_hook_and_step_handover_are_bit_identical_and_say_which_they_used(tmp_pa
 
 
 @pytest.mark.parametrize("handover", ["backward", "step"])
-def test_reads_of_the_next_step_started_as_a_step_returns_train_bit_identically_and_are_counted(tmp_path, handover):
-    ref_model, a, b = make_model(), make_model(), make_model()
+def test_reads_of_the_next_step_and_writes_after_a_step_returns_train_bit_identically_and_are_counted(tmp_path,
+                                                                                                      handover):
+    ref_model, a, b, c = make_model(), make_model(), make_model(), make_model()
     ref = torch.optim.AdamW(groups(ref_model), foreach=False)
     oa = strata_opt(a, tmp_path / "a", handover=handover, cache=0)  # every subgroup read at every step
-    ob = strata_opt(b, tmp_path / "b", handover=handover, cache=0, prefetch_next_step=False)
-    prefetched = []
+    ob = strata_opt(b, tmp_path / "b", handover=handover, cache=0, prefetch_next_step=False,
+                    return_before_writes=False)
+    # (reads only: with the writes left in flight too, they may hold every free slot as a step returns)
+    oc = strata_opt(c, tmp_path / "c", handover=handover, cache=0, return_before_writes=False)
+    prefetched, left = [], []
     for t in range(6):
         train(a, oa, 1, first=t)
         train(b, ob, 1, first=t)
-        prefetched.append(oa.last_step_stats["prefetched"])
+        train(c, oc, 1, first=t)
+        prefetched.append(oc.last_step_stats["prefetched"])
+        left.append(oa.last_step_stats["writes_left"])
+        assert oc.last_step_stats["bytes_read"] == ob.last_step_stats["bytes_read"]
         assert ob.last_step_stats["prefetched"] == 0
-        assert oa.last_step_stats["bytes_read"] == ob.last_step_stats["bytes_read"]  # none read twice
+        assert ob.last_step_stats["writes_left"] == 0
+        assert oa.last_step_stats["bytes_written"] == ob.last_step_stats["bytes_written"]
+        # none read twice; a subgroup whose write the last step left in flight may not be read again
+        assert oa.last_step_stats["bytes_read"] <= ob.last_step_stats["bytes_read"]
         if t == 2:  # reads of the state between steps wait for those in flight
             assert torch.equal(flat_master(oa), flat_master(ob))
     train(ref_model, ref, 6)
     assert prefetched[0] == 0 and all(n > 0 for n in prefetched[1:])
-    assert same(a, b)
+    assert all(n > 0 for n in left)  # (the last subgroup's write, at least, is issued as the step returns)
+    assert same(a, b) and same(c, b)
     assert max_rel(ref_model, a) < REL
 
 
@@ -293,7 +304,7 @@ def test_a_damaged_state_file_is_an_integrity_error_and_the_checkpoint_still_res
     # (the file is damaged between steps: reads of the next step started as a step returns could
     # have read it before)
     opt = strata_opt(model, tmp_path, paths=[tmp_path / "nvme"], checkpoint_dir=tmp_path / "ckpt", cache=0,
-                     prefetch_next_step=False)
+                     prefetch_next_step=False, return_before_writes=False)
     train(model, opt, 2)
     sd = opt.state_dict()
     master = flat_master(opt)

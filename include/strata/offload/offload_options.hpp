@@ -70,6 +70,13 @@ struct offload_options {
   /// path) into free pipeline slots, so the reads run while the caller computes the next
   /// gradients. They change no state; any other call waits for them first.
   bool prefetch_next_step = true;
+  /// A step returns once the model copy holds every updated weight, with its last state writes
+  /// still in flight (they land while the caller computes the next gradients; the host slots
+  /// they hold bound them). The next step takes them over; flush(), save(), reads of the state,
+  /// remove_state() and destruction wait for them. A failed one is raised, typed, by the call
+  /// that finds it, and loses nothing: its subgroup keeps the state in its slot and the next
+  /// call writes it first.
+  bool return_before_writes = true;
   /// CPU threads of the update kernel (the calling thread included).
   std::size_t threads = default_thread_count();
   /// Where gradients given to accept_gradients (and, with `tier`, to step) wait for the update.

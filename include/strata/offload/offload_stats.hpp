@@ -45,6 +45,10 @@ struct offload_step_stats {
   /// their bytes (in bytes_read too; a subgroup this step does not update was read for nothing).
   std::uint64_t prefetched = 0;
   std::uint64_t prefetched_bytes = 0;
+  /// Writes of this step still in flight when it returned (return_before_writes), and their
+  /// bytes (in bytes_written too; they land while the caller computes the next gradients).
+  std::uint64_t writes_left = 0;
+  std::uint64_t writes_left_bytes = 0;
   std::uint64_t bytes_read = 0;    ///< state (and fp32 gradients, when they live on the tier) read
   std::uint64_t bytes_written = 0; ///< state written (gradient writes of backward are not counted here)
   std::vector<path_traffic> paths;
@@ -60,7 +64,8 @@ struct offload_step_stats {
   /// docs/design.md section 2, the full-duplex bound: max(read / sum of read bandwidths,
   /// written / sum of write bandwidths, kernel_s); 0 when a bandwidth is unknown. A real lower
   /// bound when the bandwidths are the paths' ceilings (a path may read and write at once).
-  /// "read" leaves out prefetched_bytes: they may have moved before the call began.
+  /// "read" leaves out prefetched_bytes (they may have moved before the call began), "written"
+  /// writes_left_bytes (they may move after it returned).
   double bound_s = 0;
   /// read / sum of read bandwidths + written / sum of write bandwidths, or kernel_s when larger:
   /// what the step would take if no path could read and write at once (not a lower bound).
@@ -83,7 +88,7 @@ struct offload_step_stats {
       return;
     }
     const double read = static_cast<double>(bytes_read - std::min(prefetched_bytes, bytes_read)) / rbw;
-    const double write = static_cast<double>(bytes_written) / wbw;
+    const double write = static_cast<double>(bytes_written - std::min(writes_left_bytes, bytes_written)) / wbw;
     bound_s = std::max({read, write, kernel_s});
     serial_bound_s = std::max(read + write, kernel_s);
     efficiency = total_s > 0 ? bound_s / total_s : 0;

@@ -90,6 +90,7 @@ struct zero_infinity {
     base.prefetch_depth = 1;
     base.write_behind_depth = 1;
     base.prefetch_next_step = false;  // DeepSpeed's swapper reads a step's state within the step
+    base.return_before_writes = false;  // and its step returns when the last swap-out is done
     base.gradients = gradient_residency::tier;
     return base;
   }
@@ -128,6 +129,7 @@ struct mlp_offload {
     base.prefetch_depth = 1;  // per path: its swapper's one async swap-in and one async swap-out
     base.write_behind_depth = 1;
     base.prefetch_next_step = false;  // as DeepSpeed's: nothing read before the step
+    base.return_before_writes = false;  // nor written after it
     if (base.host_cache_bytes == 0 && !base.cache_subgroups) base.host_cache_bytes = default_kept * detail::slot_footprint(params, a, base);
     return base;
   }

@@ -41,6 +41,10 @@ struct pipeline_options {
   std::size_t device_depth = 2;        ///< device updates in flight, when the site uses the device
   std::size_t device_extra_bytes = 0;  ///< device scratch per subgroup beyond its state (the kernel's)
   bool eager_writes = true;            ///< write cached subgroups the order will evict right after their update
+  /// run() returns once every update of the pass committed, with its last writes in flight (those
+  /// still queued are issued as it returns; the host slots they hold bound them): the next call
+  /// takes them over or waits for them, and reports a failed one.
+  bool return_before_writes = false;
   std::string trace_prefix = "pipeline";  ///< span names: <prefix>.read_wait, .compute, .write_wait, .device_update
 
   /// Host slots these options need: the cache, the read-ahead, the writes and the one updating.
@@ -75,6 +79,10 @@ struct pass_stats {
   /// too; moved, in part or whole, before the pass began).
   std::size_t prefetched = 0;
   std::uint64_t prefetched_bytes = 0;
+  /// Writes still in flight when run() returned (return_before_writes), and their bytes (in
+  /// bytes_written too; they land after the pass).
+  std::size_t writes_left = 0;
+  std::uint64_t writes_left_bytes = 0;
 };
 
 }  // namespace strata

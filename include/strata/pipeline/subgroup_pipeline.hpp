@@ -44,8 +44,15 @@
 /// subgroups stay), so they cost the budget nothing; they change no state, so a failed one is
 /// forgotten and the pass reads that subgroup again (and reports that read's error).
 ///
+/// Writes after a pass (pipeline_options::return_before_writes): run() returns once every update
+/// committed, with its last writes in flight; the next run() takes them over (a subgroup it
+/// updates whose write lands then stays in its slot, not read again), every other call waits for
+/// them first. A failed one is raised, typed, by the call that finds it (that run(), or the
+/// waiting call: flush(), visit(), ...); its subgroup keeps the only copy in its slot and the next
+/// call writes it first, as after any failed write.
+///
 /// Not thread-safe: one thread calls at a time. Every call returns with nothing in flight but the
-/// reads prefetch() started.
+/// reads prefetch() started and the writes a run() left behind.
 
 #include <algorithm>
 #include <cstddef>
@@ -102,7 +109,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
       : core(std::move(tier), exec, budget, std::move(objects), std::move(o), std::move(evict), std::move(site), trace) {}
   subgroup_pipeline(const subgroup_pipeline&) = delete;
   subgroup_pipeline& operator=(const subgroup_pipeline&) = delete;
-  /// Waits for reads prefetch() started (they write into the slots and post to this pipeline).
+  /// Waits for reads prefetch() started and writes a run() left (they post to this pipeline).
   ~subgroup_pipeline() { this->settle_noexcept(); }
 
   // --- passes -------------------------------------------------------------------------------------
@@ -215,7 +222,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   /// costs the budget nothing more); capacity_error when every slot holds a subgroup.
   template <class F>
   decltype(auto) with_free_slot(F&& fn) {
-    STRATA_ASSERT(this->in_flight() == this->reads_);  // between passes (prefetch keeps a slot free)
+    STRATA_ASSERT(this->in_flight() == this->reads_ + this->writes_);  // between passes (prefetch keeps a slot free)
     auto& pool = this->pool_;
     const auto slot = pool.take_host();
     STRATA_EXPECTS(slot.has_value(), capacity_error,
@@ -236,7 +243,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   /// is free (one stays free for with_free_slot). Returns at once with the reads in flight; see
   /// the file comment. Returns how many reads it started.
   std::size_t prefetch(std::span<const std::size_t> order) {
-    STRATA_ASSERT(this->in_flight() == this->reads_);
+    STRATA_ASSERT(this->in_flight() == this->reads_ + this->writes_);
     auto& pool = this->pool_;
     const std::size_t n = this->objects_.size();
     const std::size_t paths = this->paths_.size();
@@ -265,7 +272,8 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     return started;
   }
 
-  /// Waits for the reads prefetch() started; what they read stays for the next pass.
+  /// Waits for the reads prefetch() started and the writes a run() left behind; what they read
+  /// stays for the next pass. Raises a failed write's error (its subgroup keeps its slot).
   void settle() { core::settle(); }
 
   // --- what it holds ------------------------------------------------------------------------------
@@ -347,9 +355,16 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     for (std::size_t s = 0; s < n; ++s)
       if (resident_dirty(s) && !this->pool_.cached(s) && !this->wanted_[s]) this->queue_write(s);
 
-    this->run_loop([&] { schedule(kernel); }, [&] { return this->pos_ >= this->todo_.size(); }, &kernel);
+    this->run_loop([&] { schedule(kernel); }, [&] { return this->pos_ >= this->todo_.size(); }, &kernel,
+                   this->opts_.return_before_writes);
 
     this->wanted_.assign(n, false);
+    for (std::size_t s = 0; s < n; ++s)
+      if (this->recs_[s].state.phase == subgroup_phase::writing) {
+        this->recs_[s].left_behind = true;
+        ++st.writes_left;
+        st.writes_left_bytes += this->objects_[s].bytes;
+      }
     // Read ahead but never updated (a failed pass): clean, so the slot goes back.
     for (std::size_t s = 0; s < n; ++s)
       if (clean_read_ahead(s)) this->drop(s);

@@ -364,7 +364,10 @@ class offload_core {
   /// typed error, naming the object's path), so one failed path never leaves objects on another.
   std::size_t remove_state() {
     check_state("remove_state");
-    s_->pipeline.settle();  // (reads of the next step's first subgroups)
+    try {
+      s_->pipeline.settle();  // (reads of the next step, writes of the last: their objects go)
+    } catch (...) {  // a write that failed: of an object about to be removed
+    }
     removed_ = true;
     std::size_t n = 0;
     std::exception_ptr first;
@@ -499,6 +502,7 @@ class offload_core {
       p.device_depth = off.device_depth;
       p.device_extra_bytes = static_cast<std::size_t>(layout.device_extra_bytes());
       p.eager_writes = off.eager_writes;
+      p.return_before_writes = off.return_before_writes;
       p.trace_prefix = "offload";
       return p;
     }
@@ -1163,6 +1167,8 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   st.cache_misses = ps.cache_misses;
   st.prefetched = ps.prefetched;
   st.prefetched_bytes = ps.prefetched_bytes;
+  st.writes_left = ps.writes_left;
+  st.writes_left_bytes = ps.writes_left_bytes;
   st.bytes_read = ps.bytes_read;
   st.bytes_written = ps.bytes_written;
   auto& pipe = s_->pipeline;

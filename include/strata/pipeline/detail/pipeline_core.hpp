@@ -236,6 +236,19 @@ class pipeline_core : protected pipeline_state<Exec> {
       }
     }
   }
+  // Every queued write at once, past write_behind_depth: a pass returning before its writes.
+  void issue_all_writes() {
+    for (std::size_t p = 0; p < write_queue_.size(); ++p) {
+      auto& q = write_queue_[p];
+      while (!q.empty()) {
+        const std::size_t s = q.front();
+        q.pop_front();
+        auto& r = recs_[s];
+        r.queued = false;
+        if (r.state.phase == subgroup_phase::resident && r.state.dirty) issue_write(s, p);
+      }
+    }
+  }
   void issue_write(std::size_t s, std::size_t queue) {
     auto& r = recs_[s];
     apply(s, subgroup_event::write);
@@ -245,6 +258,17 @@ class pipeline_core : protected pipeline_state<Exec> {
     auto done = issue_safely([&] { return tier_.write(objects_[s].name, 0, state_span(r.slot, s)); });
     count(true, path_of(s), objects_[s].bytes);  // placed by now
     done.on_complete([this, s](std::exception_ptr e) { post(msg_kind::write, s, std::move(e)); });
+  }
+
+  // A subgroup whose write the last pass left behind lands while this pass is about to update it
+  // (among the next ones the read-ahead would read): it stays in its slot instead of being read
+  // again. Later ones go back, so that they never hold a slot an earlier read needs.
+  [[nodiscard]] bool due_soon(std::size_t s) const {
+    if (stats_ == nullptr || !this->wanted_[s]) return false;
+    const std::size_t end = std::min(this->todo_.size(), this->pos_ + opts_.prefetch_depth + 1);
+    for (std::size_t j = this->pos_; j < end; ++j)
+      if (this->todo_[j] == s) return true;
+    return false;
   }
 
   // The host slot goes back: the subgroup lives on the tier only.
@@ -310,11 +334,12 @@ class pipeline_core : protected pipeline_state<Exec> {
         --path_writes_[r.write_queue];
         if (m.error) {
           apply(s, subgroup_event::write_failed);  // the slot holds the only copy: it stays
+          r.left_behind = false;
           fail(m.error);
           return;
         }
         apply(s, subgroup_event::write_done);
-        if (!pool_.cached(s)) drop(s);
+        if (!pool_.cached(s) && !(std::exchange(r.left_behind, false) && due_soon(s))) drop(s);
         return;
     }
   }
@@ -351,23 +376,28 @@ class pipeline_core : protected pipeline_state<Exec> {
 
   // --- reads between passes ----------------------------------------------------------------------
 
-  // Waits for the reads prefetch() started (the only work in flight between calls); what they
-  // read stays resident for the next pass.
+  // Waits for the reads prefetch() started and the writes a pass left behind (the only work in
+  // flight between calls); what they read stays resident for the next pass. A failed write is
+  // raised here, typed; its subgroup keeps the only copy in its slot, written by the next call.
   void settle() {
-    if (reads_ == 0) return;
+    if (reads_ == 0 && writes_ == 0) return;
+    err_ = nullptr;
     run_loop([] {}, [] { return true; }, nullptr);
+    this->end_call();
   }
   // The same where nothing may throw (destruction): only the counts are kept up.
   void settle_noexcept() noexcept {
     std::vector<message> inbox;
-    while (reads_ > 0) {
+    while (reads_ > 0 || writes_ > 0) {
       {
         std::unique_lock lock(mail_mutex_);
         mail_cv_.wait(lock, [&] { return !mail_.empty(); });
         inbox.swap(mail_);
       }
-      for (const auto& m : inbox)
+      for (const auto& m : inbox) {
         if (m.kind == msg_kind::read) --reads_;
+        if (m.kind == msg_kind::write) --writes_;
+      }
       inbox.clear();
     }
   }
@@ -375,9 +405,10 @@ class pipeline_core : protected pipeline_state<Exec> {
   // --- the event loop and failures ----------------------------------------------------------------
 
   // Schedules with `schedule` and handles completions until `started()` holds and nothing is in
-  // flight or queued, or an error occurred and what was in flight has drained.
+  // flight or queued, or an error occurred and what was in flight has drained. With
+  // `leave_writes`, it returns once only writes remain, issuing those still queued.
   template <class Schedule, class Started>
-  void run_loop(Schedule&& schedule, Started&& started, const kernel_type* kernel) {
+  void run_loop(Schedule&& schedule, Started&& started, const kernel_type* kernel, bool leave_writes = false) {
     std::vector<message> inbox;
     for (;;) {
       if (!err_) {
@@ -388,6 +419,10 @@ class pipeline_core : protected pipeline_state<Exec> {
         }
       }
       if (in_flight() == 0 && (err_ || (started() && !writes_queued()))) return;
+      if (leave_writes && !err_ && in_flight() == writes_ && started()) {
+        issue_all_writes();
+        return;
+      }
       if (in_flight() == 0) {  // nothing will ever complete: say why instead of waiting forever
         fail(std::make_exception_ptr(capacity_error(fmt::format(
             "subgroup_pipeline: no progress possible: {} of {} host slots are free and nothing is in flight "

@@ -86,6 +86,7 @@ class pipeline_state {
     bool hit = false;             // was cached when its update started
     bool pinned = false;          // pinned in the cache policy while work on it is in flight
     bool early = false;           // read by prefetch() for the next pass, not completed yet
+    bool left_behind = false;     // written by a pass that returned before the write landed
   };
   enum class msg_kind : std::uint8_t { read, aux_read, write, host_update, h2d, kernel, d2h };
   struct message {
@@ -163,10 +164,11 @@ class pipeline_state {
     return waiting_for::write;
   }
 
-  // Between calls only reads that prefetch() started may be in flight: run() takes them over,
-  // every other call waits for them first (settle).
+  // Between calls only reads that prefetch() started and writes a run() left behind
+  // (return_before_writes) may be in flight: run() takes them over, every other call waits for
+  // them first (settle).
   void begin_call() {
-    STRATA_ASSERT(in_flight() == reads_);
+    STRATA_ASSERT(in_flight() == reads_ + writes_);
     err_ = nullptr;
   }
   void end_call() {
