@@ -528,7 +528,10 @@ def test_stats_name_each_path_and_each_phase_of_the_last_step(tmp_path, monkeypa
     print(opt.stats()["steps"], opt.stats()["cache_hits"], opt.native.step_count)
     # doc-snippet-end
     assert [p["name"] for p in opt.path_totals()] == ["nvme", "pfs"]
-    assert last["bytes_read"] == sum(s["bytes_read"] for s in last["segments"]) > 0
+    # (a step may read nothing with cache=0: subgroups whose writes the last step left in flight
+    # stay in their slots as the writes land; it writes the whole state)
+    assert last["bytes_read"] == sum(s["bytes_read"] for s in last["segments"])
+    assert last["bytes_written"] == sum(s["bytes_written"] for s in last["segments"]) > 0
     assert opt.stats()["steps"] == opt.native.step_count == 2
 
 

@@ -239,7 +239,9 @@ def test_path_totals_name_each_path_and_count_its_bytes(tmp_path):
     assert [t["name"] for t in totals] == [str(tmp_path / "nvme"), str(tmp_path / "pfs")]
     assert all(t["bytes_read"] > 0 and t["bytes_written"] > 0 for t in totals)
     stats = opt.stats()
-    assert stats["steps"] == 2 and stats["bytes_read"] == sum(t["bytes_read"] for t in totals)
+    # (the paths count reads when they land, the steps when they use them: the reads the last step
+    # started for the next one may be in the paths' counts already)
+    assert stats["steps"] == 2 and stats["bytes_read"] <= sum(t["bytes_read"] for t in totals)
     assert len(opt.last_step_stats["segments"]) == 1
 
 
