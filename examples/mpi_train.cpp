@@ -719,6 +719,9 @@ int run(const mpi_config& c, const placement& p, const std::optional<resume_poin
     if (done > start) evaluate(e + 1);
   }
   if (!c.checkpoint.empty()) save_job(c, p, *opt, model, steps);
+  // The last step returns with its state writes in flight (return_before_writes), each holding a
+  // permit: they land before the log is written.
+  opt->flush();
   if (rp->logged && !c.io_log.empty()) rp->log.write(fs::path(c.io_log.string() + fmt::format(".rank-{}", p.rank)));
 
   // Per-rank step time and traffic, gathered on rank 0.
