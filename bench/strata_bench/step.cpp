@@ -15,8 +15,9 @@
 // takes the first third of T, backward the rest, and backward's gradients land evenly over it in
 // reverse subgroup order (the last layers first), each handed over as it lands, as a GPU would; the
 // host waits for the device as a training loop does. strata overlaps the step's I/O with that
-// compute (the reads of the next step during forward); the systems the other presets emulate run
-// their step after backward. The bound of the iteration is max(T, the step's I/O bound), and
+// compute (the step is declared before forward with begin_step: each subgroup is updated as its
+// gradients land, the next step's first reads start as a step returns, its last writes land after
+// it); the systems the other presets emulate run their step after backward. The bound of the iteration is max(T, the step's I/O bound), and
 // strata-no-overlap (strata with every overlap off) is the ablation.
 //
 // A path is DIR[:READ[:WRITE]]. READ/WRITE (bytes per second, e.g. 1GB, 500MB) cap the path with
@@ -333,7 +334,8 @@ struct variant {
   std::string lock = "separate";  // mlp_offload: separate, shared or none
   bool equal = false;             // zero_infinity striped over every path, with the others' cache
   std::string rule = "adamw";     // the update rule (--rule)
-  bool overlap = true;            // strata: the step's I/O overlaps forward and backward (prefetch_next_step)
+  bool overlap = true;  // strata: the step's I/O overlaps forward and backward (prefetch_next_step,
+                        // update_as_gradients_land, return_before_writes)
 };
 
 /// The bench's config of `rule`: torch's defaults, SGD with momentum 0.9 (a momentum buffer, as
@@ -472,6 +474,9 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
   const auto before = r.opt->path_totals();
   const auto grad_bytes_before = r.opt->stats().gradient_bytes_written;
   const auto t0 = clk::now();
+  // The step is declared before forward, as a training loop knows its learning rate then: with
+  // update_as_gradients_land (strata), each subgroup is updated as its gradients land.
+  r.opt->begin_step(lr);
   const std::size_t pieces = (grads.size() + subgroup - 1) / subgroup;
   const auto hand_over = [&](std::size_t k) {
     const std::size_t first = k * subgroup;
@@ -609,8 +614,10 @@ constexpr const char* usage_text =
     "                  they land; prints the iteration against max(T, the step's I/O bound). Implies\n"
     "                  --ablate-overlap\n"
     "  --ablate-overlap  also run strata-no-overlap: the strata preset with its step's I/O kept out of forward\n"
-    "                  and backward (no reads of the next step started as a step returns,\n"
-    "                  offload_options::prefetch_next_step; the other presets never overlap, as their systems)\n"
+    "                  and backward (no reads of the next step started as a step returns, no updates as\n"
+    "                  gradients land, no writes after the step returns: offload_options::prefetch_next_step,\n"
+    "                  update_as_gradients_land and return_before_writes off;\n"
+    "                  the other presets never overlap, as their systems)\n"
     "  --mlp-lock L    mlp_offload's node-wide lock on its PFS path: separate (MLP-Offload's read and write\n"
     "                  locks, the default), shared (one lock for both) or none; a comma list runs one\n"
     "                  mlp_offload per mode in the same run (e.g. separate,none: the lock's ablation)\n"
@@ -654,6 +661,8 @@ offload_options preset_options(const variant& v, std::size_t params, offload_opt
   const auto f = format_of(v.rule);
   if (v.preset == "zero_infinity" && !v.equal) base.host_cache_bytes = 0;
   base.prefetch_next_step = v.overlap;  // (the emulating presets turn it off)
+  base.update_as_gradients_land = v.overlap;
+  base.return_before_writes = v.overlap;
   if (v.preset == "zero_infinity") return presets::zero_infinity::options(params, f, base);
   if (v.preset == "mlp_offload") return presets::mlp_offload::options(params, f, base);
   return presets::strata_preset::options(params, f, base);
@@ -996,6 +1005,8 @@ int run_typed(args& a) {
       c.node_limiter_sharing = v.lock == "shared" ? rw_sharing::shared : rw_sharing::separate;
       c.stripe_paths = v.equal;
       c.offload.prefetch_next_step = v.overlap;
+      c.offload.update_as_gradients_land = v.overlap;
+      c.offload.return_before_writes = v.overlap;
       c.offload.max_grad_norm = max_grad_norm;
       c.offload.loss_scaling.enabled = loss_scaling;
       c.verify_integrity = integrity;

@@ -1,11 +1,13 @@
 // The process the kill tests SIGKILL: trains the kill_common model on a file tier, saving a
-// checkpoint first and then (mode "save") after every step or (mode "step") every third step.
+// checkpoint first and then (mode "save") after every step or (mode "step") every third step;
+// mode "early" is "step" with the gradients handed over subgroup by subgroup in reverse after
+// begin_step, so that a kill also lands while subgroups are updated as their gradients land.
 // Prints "ready" once the first checkpoint is durable, then runs until killed or `max_steps`.
 // Mode "auto" is a training job as users run one: the default stack of make_offloaded_adamw (two
 // checksummed file paths) on workdir/nvme and workdir/pfs, resumed from workdir/ckpt when a
 // checkpoint is there (else started fresh on whatever a killed run left), a save after every
 // step, "done <steps>" at the end. Nothing is cleaned up by hand between runs.
-//   strata_offload_kill_helper <step|save|auto> <workdir> <max_steps>
+//   strata_offload_kill_helper <step|save|early|auto> <workdir> <max_steps>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -57,7 +59,7 @@ int run_job(const std::filesystem::path& work, std::uint64_t max_steps) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s <step|save|auto> <workdir> <max_steps>\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <step|save|early|auto> <workdir> <max_steps>\n", argv[0]);
     return 2;
   }
   try {
@@ -82,7 +84,14 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     for (std::uint64_t t = 0; t < max_steps; ++t) {
       const auto g = strata_kill::grads(t);
-      opt.step(std::span<const strata::bf16>(g), strata_kill::lr(t));
+      if (mode == "early") {
+        opt.begin_step(strata_kill::lr(t));
+        for (std::size_t s = opt.subgroup_count(); s-- > 0;)
+          opt.accept_gradients(s, std::span<const strata::bf16>(g).subspan(opt.begin(s), opt.length(s)));
+        opt.step(strata_kill::lr(t));
+      } else {
+        opt.step(std::span<const strata::bf16>(g), strata_kill::lr(t));
+      }
       if (mode == "save" || t % 3 == 2) opt.save(work / "ckpt");
     }
     return 0;

@@ -123,9 +123,10 @@ std::string read_text(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE("SIGKILL during step() or save() leaves a checkpoint that resumes bit-identically") {
+TEST_CASE("SIGKILL during step(), save() or updates as gradients land leaves a checkpoint that resumes "
+          "bit-identically") {
   std::mt19937_64 rng(0x5eed);
-  for (const std::string mode : {"step", "save"}) {
+  for (const std::string mode : {"step", "save", "early"}) {
     std::uint64_t furthest = 0;
     for (int round = 0; round < 6; ++round) {
       CAPTURE(mode);

@@ -74,6 +74,7 @@ struct offloaded_optimizer_table {
   offload_step_stats (*step_tensors)(void*, const host_tensor_span&, const step_rates&, const step_options&);
   grad_stats (*gradient_stats)(void*, const host_tensor_span&);
   void (*accept_gradients_at)(void*, std::size_t, const host_grad_span&);
+  void (*begin_step)(void*, const step_rates&, const host_model_span*);
   void (*discard_gradients)(void*);
   std::vector<path_traffic> (*path_totals)(const void*);
   void (*read_master)(void*, std::span<float>);
@@ -120,6 +121,11 @@ struct offloaded_optimizer_table {
         },
         [](void* p, std::size_t first, const host_grad_span& g) {
           std::visit([&](auto grads) { optimizer_of(*static_cast<T*>(p)).accept_gradients_at(first, grads); }, g);
+        },
+        [](void* p, const step_rates& r, const host_model_span* m) {
+          auto& o = optimizer_of(*static_cast<T*>(p));
+          if (m == nullptr) return o.begin_step(r);
+          std::visit([&](auto out) { o.begin_step(r, out); }, *m);
         },
         [](void* p) { optimizer_of(*static_cast<T*>(p)).discard_gradients(); },
         [](const void* p) -> std::vector<path_traffic> {
@@ -252,6 +258,11 @@ class offloaded_optimizer_calls {
   void accept_gradients_at(std::size_t first, host_grad_span grads) const {
     t().accept_gradients_at(self(), first, grads);
   }
+  /// Declares the next step over handed-over gradients before backward hands any over, so that
+  /// its subgroups may be updated as their gradients land (offload_options::update_as_gradients_land).
+  void begin_step(const step_rates& rates) const { t().begin_step(self(), rates, nullptr); }
+  /// As above, with the model copy the step writes the updated weights into (step() must repeat it).
+  void begin_step(const step_rates& rates, host_model_span model) const { t().begin_step(self(), rates, &model); }
   /// Drops the gradients handed over since the last step.
   void discard_gradients() const { t().discard_gradients(self()); }
   /// Each path's name, declared bandwidths and the bytes its completed requests moved since

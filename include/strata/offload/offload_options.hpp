@@ -77,6 +77,12 @@ struct offload_options {
   /// that finds it, and loses nothing: its subgroup keeps the state in its slot and the next
   /// call writes it first.
   bool return_before_writes = true;
+  /// After begin_step (the rates of a step declared before backward), each subgroup whose
+  /// gradients are all handed over is read and updated at once, while backward goes on, in the
+  /// order they land; with clipping or loss scaling on (the update needs the norm of every
+  /// gradient) it is only read then, and updated by step(). The update order follows the landing
+  /// order of the last such step. Off: begin_step only declares.
+  bool update_as_gradients_land = true;
   /// CPU threads of the update kernel (the calling thread included).
   std::size_t threads = default_thread_count();
   /// Where gradients given to accept_gradients (and, with `tier`, to step) wait for the update.

@@ -49,6 +49,12 @@ struct offload_step_stats {
   /// bytes (in bytes_written too; they land while the caller computes the next gradients).
   std::uint64_t writes_left = 0;
   std::uint64_t writes_left_bytes = 0;
+  /// Subgroups of this step updated while backward handed gradients over (begin_step with
+  /// update_as_gradients_land), before step() was called; in `subgroups` too, and their bytes in
+  /// bytes_read and bytes_written (moved before the call began).
+  std::size_t early_updates = 0;
+  /// Bytes of this step read before step() was called, as gradients landed (in bytes_read too).
+  std::uint64_t early_bytes_read = 0;
   std::uint64_t bytes_read = 0;    ///< state (and fp32 gradients, when they live on the tier) read
   std::uint64_t bytes_written = 0; ///< state written (gradient writes of backward are not counted here)
   std::vector<path_traffic> paths;

@@ -91,6 +91,7 @@ struct zero_infinity {
     base.write_behind_depth = 1;
     base.prefetch_next_step = false;  // DeepSpeed's swapper reads a step's state within the step
     base.return_before_writes = false;  // and its step returns when the last swap-out is done
+    base.update_as_gradients_land = false;  // and runs after backward
     base.gradients = gradient_residency::tier;
     return base;
   }
@@ -130,6 +131,7 @@ struct mlp_offload {
     base.write_behind_depth = 1;
     base.prefetch_next_step = false;  // as DeepSpeed's: nothing read before the step
     base.return_before_writes = false;  // nor written after it
+    base.update_as_gradients_land = false;  // nor updated before it
     if (base.host_cache_bytes == 0 && !base.cache_subgroups) base.host_cache_bytes = default_kept * detail::slot_footprint(params, a, base);
     return base;
   }

@@ -161,6 +161,41 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     return run_with(order, next, todo, step, kernel_type(kernel));
   }
 
+  /// An open pass: updates through `kernel` the subgroups that offer() names while it runs, in
+  /// the order offered, until close_offers(); with `update` false it only reads them (per path
+  /// as far as free host slots allow, one kept free) for the pass that will update them (the
+  /// next run(), which takes the reads over). Another thread (the one that offers) goes on
+  /// meanwhile: this is how the updates of a step run while backward still hands gradients
+  /// over. `order` is the pass's order as planned (offers outside it are a config_error) and
+  /// `next` the next pass's. Failures as run(); after one the pass ends without waiting for the
+  /// offers, and later ones are ignored (the next run() updates those subgroups). Returns when
+  /// the offers were closed and every offered update committed and its write landed (read only:
+  /// every read landed), so that the calling thread may end then.
+  template <host_kernel Kernel>
+  pass_stats run_open(std::span<const std::size_t> order, std::span<const std::size_t> next, std::uint64_t step,
+                      Kernel& kernel, bool update) {
+    if constexpr (!device_kernel<Kernel, Exec>)
+      STRATA_EXPECTS(!this->site_.uses_device(), config_error,
+                     "subgroup_pipeline::run_open: the update site may choose the device, but the kernel has no "
+                     "device update");
+    return run_with(order, next, {}, step, kernel_type(kernel),
+                    update ? core::pass_kind::open_update : core::pass_kind::open_read);
+  }
+  /// Names the next subgroup of the open pass. Thread-safe (the one call that is): from the
+  /// thread that produces the work while run_open() drives the pass on another.
+  void offer(std::size_t s) noexcept { this->post(core::msg_kind::offer, s, nullptr); }
+  /// Ends the offers of the open pass (thread-safe); with `cancel` (an error), the pass drains
+  /// what is in flight, starts nothing more and run_open() throws it.
+  void close_offers(std::exception_ptr cancel = nullptr) noexcept {
+    this->post(core::msg_kind::offer, npos, std::move(cancel));
+  }
+  /// Drops offers that no open pass took (an open pass that ended on an error leaves them):
+  /// call before starting the next open pass.
+  void forget_offers() {
+    std::lock_guard lock(this->mail_mutex_);
+    std::erase_if(this->mail_, [](const auto& m) { return m.kind == core::msg_kind::offer; });
+  }
+
   /// Calls fn(s, state bytes) for every subgroup in index order: from its host slot when it has
   /// one, else read through free slots (several at once).
   template <class F>
@@ -309,7 +344,8 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   }
 
   pass_stats run_with(std::span<const std::size_t> order, std::span<const std::size_t> next,
-                      std::span<const std::size_t> todo, std::uint64_t step, const kernel_type& kernel) {
+                      std::span<const std::size_t> todo, std::uint64_t step, const kernel_type& kernel,
+                      typename core::pass_kind kind = core::pass_kind::closed) {
     const auto t0 = core::clock::now();
     trace_span pass_span(this->tracer_, this->span_name("pass"));
     this->begin_call();
@@ -349,14 +385,32 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     st.bytes_read += st.prefetched_bytes;
     for (std::size_t p = 0; p < this->paths_.size() && p < this->early_path_bytes_.size(); ++p)
       st.path_read[p] += std::exchange(this->early_path_bytes_[p], 0);
-    for (std::size_t s = 0; s < n; ++s)
-      if (!this->wanted_[s] && clean_read_ahead(s)) this->drop(s);
+    if (kind == core::pass_kind::closed)  // (an open pass keeps them: they are offered later)
+      for (std::size_t s = 0; s < n; ++s)
+        if (!this->wanted_[s] && clean_read_ahead(s)) this->drop(s);
     // Subgroups whose write failed in an earlier call hold the only copy of their state: first.
     for (std::size_t s = 0; s < n; ++s)
       if (resident_dirty(s) && !this->pool_.cached(s) && !this->wanted_[s]) this->queue_write(s);
 
-    this->run_loop([&] { schedule(kernel); }, [&] { return this->pos_ >= this->todo_.size(); }, &kernel,
-                   this->opts_.return_before_writes);
+    using leave_kind = typename core::leave;
+    struct end_open {  // the pass is open until it returns, however it does
+      subgroup_pipeline* self;
+      ~end_open() { self->open_ = false, self->open_updates_ = true; }
+    } closing{this};
+    this->open_ = kind != core::pass_kind::closed;
+    this->offers_closed_ = false;
+    this->open_updates_ = kind != core::pass_kind::open_read;
+    // An open pass returns with nothing in flight: its thread may end then, and a request in
+    // flight must not depend on the thread that issued it (io_uring cancels those of a thread
+    // that exits).
+    const leave_kind left =
+        this->opts_.return_before_writes && kind == core::pass_kind::closed ? leave_kind::writes : leave_kind::nothing;
+    if (kind == core::pass_kind::open_read)
+      this->run_loop([&] { read_offered(); }, [&] { return this->offers_closed_; }, &kernel, leave_kind::nothing);
+    else
+      this->run_loop([&] { schedule(kernel); },
+                     [&] { return this->pos_ >= this->todo_.size() && (!this->open_ || this->offers_closed_); },
+                     &kernel, left);
 
     this->wanted_.assign(n, false);
     for (std::size_t s = 0; s < n; ++s)
@@ -365,9 +419,11 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
         ++st.writes_left;
         st.writes_left_bytes += this->objects_[s].bytes;
       }
-    // Read ahead but never updated (a failed pass): clean, so the slot goes back.
-    for (std::size_t s = 0; s < n; ++s)
-      if (clean_read_ahead(s)) this->drop(s);
+    // Read ahead but never updated (a failed pass): clean, so the slot goes back; an open pass
+    // that only reads leaves them to the pass that updates them.
+    if (kind != core::pass_kind::open_read)
+      for (std::size_t s = 0; s < n; ++s)
+        if (clean_read_ahead(s)) this->drop(s);
     st.total_s = core::seconds_since(t0);
     this->end_call();
     return st;
@@ -379,6 +435,24 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     this->issue_writes();
     start_updates(kernel);
     issue_reads();
+  }
+
+  // An open pass that only reads: the offered subgroups, in the order offered, into free host
+  // slots (one kept free), marked as prefetch() marks its reads (a failed one changes nothing:
+  // the pass that updates the subgroup reads it again).
+  void read_offered() {
+    this->issue_writes();
+    auto& todo = this->todo_;
+    while (!this->err_ && this->pos_ < todo.size()) {
+      const std::size_t s = todo[this->pos_];
+      auto& r = this->recs_[s];
+      if (r.state.phase == subgroup_phase::on_tier) {
+        if (this->pool_.free_host() <= 1) return;
+        this->issue_read(s, /*with_aux=*/false);
+        r.early = true;
+      }
+      ++this->pos_;
+    }
   }
 
   // Starts the next updates of the pass, in its order, while their state is resident and their

@@ -58,6 +58,24 @@ class cache_index {
     return r;
   }
 
+  /// The walk uses `id` and would keep it: admits it when absent, unless the policy ranks it below
+  /// every other entry it may evict (a lookahead policy knows it is used after all of them:
+  /// keeping it would cost a hit, Belady's bypass); then `evicted` is `id` itself and nothing
+  /// changes. Counts a hit or a miss.
+  cache_lookup access_or_bypass(std::size_t id) {
+    if (policy_.contains(id)) return access(id);
+    cache_lookup r;
+    policy_.on_insert(id);
+    policy_.on_access(id);
+    ++misses_;
+    if (policy_.size() > capacity_) {
+      r.evicted = policy_.victim();  // (`id` is not pinned: there is one)
+      STRATA_ASSERT(r.evicted.has_value());
+      policy_.on_erase(*r.evicted);
+    }
+    return r;
+  }
+
   /// Drops `id` (for example after its state was written back); a no-op when not resident. The
   /// owner decides: a pinned subgroup is dropped too, with its pins.
   void erase(std::size_t id) {

@@ -15,7 +15,10 @@ namespace strata {
 /// and keeps the ones this step has still to update (a prefetched subgroup is never dropped
 /// before its update while an updated one remains). Ranks by the subgroup's place in the order,
 /// not by access time, so an access outside the walk (a checkpoint read) changes nothing.
-/// The next order given to on_step_begin is ignored. Before the first step it behaves as lru.
+/// A next order given to on_step_begin is used instead of that assumption (an offloaded
+/// optimizer gives it: its update order's next step, the reverse under alternating, or the
+/// landing order of backward when updates follow it); it then ranks as belady. Before the first
+/// step it behaves as lru.
 class sweep_aware : public detail::lookahead {
  public:
   sweep_aware() noexcept : lookahead("sweep_aware", /*reverse_next=*/true) {}

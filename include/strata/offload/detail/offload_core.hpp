@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -106,6 +107,7 @@ class offload_core {
   offload_step_stats step(std::span<const G> grads, const step_rates& rates, std::span<H> model_out) {
     STRATA_EXPECTS(grads.size() == layout_.params, config_error,
                    "{}: got {} gradients for {} parameters", who("step"), grads.size(), layout_.params);
+    check_undeclared("step");
     check_rates(rates);
     check_model_out(model_out.size());
     if (layout_.tier_gradients) {
@@ -133,6 +135,7 @@ class offload_core {
   template <gradient_type G, model_copy_type H>
   offload_step_stats step(std::span<const param_tensor<G, H>> tensors, const step_rates& rates,
                           const step_options& opts = {}) {
+    check_undeclared("step");
     check_rates(rates);
     auto cover = gradient_coverage::of(tensors, layout_.params, who("step"));
     STRATA_EXPECTS(!partial_ || !partial_tensors_ || cover == partial_cover_, config_error,
@@ -171,11 +174,55 @@ class offload_core {
   /// Sets the loss scaler's scale and growth tracker (another optimizer's, so that several
   /// optimizers of one model scale alike). No-op when loss scaling is off; between steps.
   void restore_loss_scale(float scale, std::int64_t growth_tracker) {
+    check_undeclared("restore_loss_scale");
     STRATA_EXPECTS(!partial_, config_error, "{}: during a failed step", who("restore_loss_scale"));
     STRATA_EXPECTS(std::isfinite(scale) && scale > 0 && growth_tracker >= 0, config_error,
                    "{}: scale {} / growth tracker {}", who("restore_loss_scale"), scale, growth_tracker);
     scaler_.restore(scale, growth_tracker);
     track_norm();
+  }
+
+  /// Declares the next step over handed-over gradients (step() without gradients) before
+  /// backward hands any over: its rates and the host model copy it writes (empty: none). With
+  /// offload_options::update_as_gradients_land (on by default), each subgroup whose gradients
+  /// are all in is then read and updated at once, on a thread of the optimizer, while backward
+  /// goes on, in landing order: the update is the one step() would make, bit for bit, and its
+  /// weights go into the model copy when it commits, before step() (backward has handed over
+  /// that subgroup's gradients, so it no longer needs those weights; a loop whose backward still
+  /// reads them, e.g. a weight tied to a later use, must hand its gradients over last). With
+  /// clipping or loss scaling on, a subgroup is only read as it lands and is updated by step(),
+  /// which knows the norm of every gradient then. Gradients handed over from device memory,
+  /// gradients on the tier and an update site that may choose the device make the step run in
+  /// step() as before (this then only declares). step() must repeat the rates and the model copy
+  /// (config_error otherwise). Until step(), a call other than accept_gradients and step() first
+  /// ends the early updates: those made stay, and the step is then part-way (as after a failure:
+  /// step() with the same rates finishes it; discard_gradients() refuses). An error of an early
+  /// update is raised by step(), typed; the subgroups updated before it keep their update.
+  template <class H = bf16>
+    requires model_copy_type<H>
+  void begin_step(const step_rates& rates, std::span<H> model_out = {}) {
+    check_rates(rates);
+    STRATA_EXPECTS(!partial_, config_error, "{}: step {} failed part-way: finish it with step() first",
+                   who("begin_step"), step_count_ + 1);
+    STRATA_EXPECTS(!declared_, config_error, "{}: step {} is declared already (call step())", who("begin_step"),
+                   step_count_ + 1);
+    check_model_out(model_out.size());
+    check_blocks(piece_source<float, H>{{}, nullptr, &layout_},
+                 rule_constants<Rule>(options_, rates, steps_, scaler_.inv_scale(), step_decision{}.clip));
+    declared_step d;
+    d.rates = rates;
+    d.model = model_out.data();
+    d.model_size = model_out.size();
+    d.model_type = model_type_of<H>();
+    d.follow_landing = offload_.update_as_gradients_land;
+    d.early = d.follow_landing && offload_.gradients == gradient_residency::host && !layout_.tier_gradients &&
+              !device_site_ && s_->landing.empty();
+    d.start = &offload_core::start_early_of<H>;
+    declared_ = std::move(d);
+    // Gradients handed over before this call: their complete subgroups land now, in index order.
+    if (declared_->follow_landing)
+      for (std::size_t s = 0; s < layout_.subgroups(); ++s)
+        if (s_->intake.complete(s)) landed(s);
   }
 
   /// Hands over the gradients of subgroup `subgroup` (its full length) as backward produces them;
@@ -203,6 +250,10 @@ class offload_core {
     }
     if (s_->landing.empty()) {
       s_->intake.store(first, grads);
+      if (declared_ && declared_->follow_landing)
+        s_->intake.for_each_piece(first, grads.size(), [&](std::size_t s, std::size_t, std::size_t) {
+          if (s_->intake.complete(s)) landed(s);
+        });
       return;
     }
     // Device pieces of these subgroups may still be landing: sum after them, in stream order.
@@ -243,6 +294,7 @@ class offload_core {
     check_accepts();
     STRATA_EXPECTS(!layout_.tier_gradients, config_error,
                    "{}: gradients in device memory need gradient_residency::host", who("accept_gradients"));
+    if (declared_) declared_->early = false;  // (the subgroups they complete are updated by step())
     auto& in = s_->intake;
     in.check(first, grads.size());
     const std::span<G> dst = in.template reserve<G>(first, grads.size());
@@ -260,8 +312,18 @@ class offload_core {
 
   /// Drops the gradients handed over since the last step (a batch the caller decided to skip,
   /// or a backward that failed part-way), so every gradient may be handed over again. Copies from
-  /// device memory still in flight are waited for first; a failed one is not an error here.
+  /// device memory still in flight are waited for first; a failed one is not an error here. Ends
+  /// a declared step (begin_step) as it was not taken; config_error when some subgroups of the
+  /// step were updated already (as their gradients landed, or before a failure): their
+  /// gradients cannot be taken back, so the step must be finished.
   void discard_gradients() {
+    (void)settle_declared(/*rethrow=*/false);
+    // Gradients some subgroups were updated with cannot be taken back: the step must finish.
+    const std::size_t updated = updated_this_step();
+    STRATA_EXPECTS(updated == 0, config_error,
+                   "{}: {} subgroups of step {} were updated already (as their gradients landed, or before a failure); "
+                   "hand the rest over and call step()",
+                   who("discard_gradients"), updated, step_count_ + 1);
     try {
       land_device_gradients();
     } catch (const std::exception&) {  // those gradients are being dropped anyway
@@ -350,6 +412,7 @@ class offload_core {
   /// the whole current state durably.
   void flush() {
     check_state("flush");
+    settle_declared();
     s_->pipeline.flush();
   }
 
@@ -364,6 +427,10 @@ class offload_core {
   /// typed error, naming the object's path), so one failed path never leaves objects on another.
   std::size_t remove_state() {
     check_state("remove_state");
+    try {
+      settle_declared();
+    } catch (...) {  // its objects go
+    }
     try {
       s_->pipeline.settle();  // (reads of the next step, writes of the last: their objects go)
     } catch (...) {  // a write that failed: of an object about to be removed
@@ -469,6 +536,32 @@ class offload_core {
   [[nodiscard]] pipeline_type& pipeline() noexcept { return s_->pipeline; }
 
  protected:
+  // The updates (or reads) of a declared step (begin_step) that run while backward hands
+  // gradients over: a driver thread runs the pipeline's open pass, which the hand-overs offer
+  // subgroups to. It refers only to what does not move with the optimizer (parts, and its own
+  // copies of the layout and the versions).
+  struct early_pass {
+    pipeline_type* pipe;
+    offload_layout layout;               // the kernel's
+    std::vector<std::uint64_t> version;  // version_ as the pass leaves it
+    pass_stats stats;
+    std::exception_ptr error;
+    bool update = false;  // updates (else only reads) the subgroups offered
+    std::thread driver;
+
+    early_pass(pipeline_type& p, const offload_layout& l) : pipe(&p), layout(l) {}
+    early_pass(const early_pass&) = delete;
+    early_pass& operator=(const early_pass&) = delete;
+    ~early_pass() { end(std::make_exception_ptr(config_error("the optimizer was destroyed during backward"))); }
+    [[nodiscard]] bool running() const noexcept { return driver.joinable(); }
+    // Ends the offers (with `cancel`: the pass starts nothing more) and waits for the driver.
+    void end(std::exception_ptr cancel = nullptr) noexcept {
+      if (!driver.joinable()) return;
+      pipe->close_offers(std::move(cancel));
+      driver.join();
+    }
+  };
+
   // What must not move when the optimizer does (the pipeline's threads refer to it).
   struct parts {
     std::unique_ptr<Exec> owned_exec;  // when no executor was given
@@ -482,6 +575,7 @@ class offload_core {
     std::unique_ptr<thread_pool> landing_worker;
     std::vector<std::future<void>> landing;
     host_buffer model_staging;  // host side of a model copy in device memory
+    std::unique_ptr<early_pass> early;  // last: its driver stops before anything it uses goes
 
     parts(any_tier t, Exec* exec, std::unique_ptr<Exec> owned, const offload_layout& layout,
           const offload_options& off, any_eviction_policy evict, any_update_site site, tracer* trace)
@@ -562,6 +656,7 @@ class offload_core {
   // What a save records (everything but the data), after checking that one may be taken now.
   checkpoint_manifest manifest_for_save() {
     check_state("save");
+    settle_declared();
     STRATA_EXPECTS(!partial_, config_error,
                    "{}: step {} failed part-way; retry it before saving", who("save"), step_count_ + 1);
     checkpoint_manifest m;
@@ -811,6 +906,160 @@ class offload_core {
     };
   }
 
+  // --- a step declared before backward (begin_step) ----------------------------------------------
+
+  struct declared_step {
+    step_rates rates{0.0};
+    const void* model = nullptr;  // the host model copy (model_size elements of model_type)
+    std::size_t model_size = 0;
+    int model_type = 0;
+    bool follow_landing = false;  // update_as_gradients_land: the order follows the landing
+    bool early = false;           // subgroups are offered to the early pass as they land
+    std::vector<std::size_t> landed;  // subgroups whose gradients are all in, in landing order
+    void (*start)(offload_core&, grad_kind) = nullptr;  // starts the early pass for the model type
+  };
+  template <class H>
+  static constexpr int model_type_of() {
+    return std::is_same_v<H, float> ? 1 : std::is_same_v<H, bf16> ? 2 : 3;
+  }
+
+  void check_undeclared(std::string_view what) const {
+    STRATA_EXPECTS(!declared_, config_error,
+                   "{}: step {} was declared by begin_step over handed-over gradients: call step() without them "
+                   "first",
+                   who(what), step_count_ + 1);
+  }
+
+  // Subgroup `s`'s gradients are all in: it joins the landing order and, with early updates, the
+  // early pass (started by the first one, when the gradients' type is known).
+  void landed(std::size_t s) {
+    auto& d = *declared_;
+    d.landed.push_back(s);
+    if (!d.early || version_[s] != step_count_) return;
+    if (!s_->early || !s_->early->running()) {
+      try {
+        d.start(*this, s_->intake.kind());
+      } catch (...) {  // a thread that cannot start: step() does it all, as without begin_step
+        d.early = false;
+        return;
+      }
+    }
+    s_->pipeline.offer(s);
+  }
+
+  template <class H>
+  static void start_early_of(offload_core& self, grad_kind k) {
+    switch (k) {
+      case grad_kind::f32: self.template start_early<float, H>(); return;
+      case grad_kind::b16: self.template start_early<bf16, H>(); return;
+      case grad_kind::f16: self.template start_early<fp16, H>(); return;
+    }
+  }
+
+  // The order of the declared step's pass as planned before anything landed: the last declared
+  // step's landing order when every subgroup landed in it, else the update order's.
+  [[nodiscard]] std::vector<std::size_t> planned_order() const {
+    const std::size_t n = layout_.subgroups();
+    if (landing_order_.size() == n) return landing_order_;
+    return order_of(order_, step_count_, n);
+  }
+
+  template <class G, class H>
+  void start_early() {
+    const auto& d = *declared_;
+    if (!s_->early) s_->early = std::make_unique<early_pass>(s_->pipeline, layout_);
+    early_pass& e = *s_->early;
+    e.version = version_;
+    e.update = !tracks_norm();  // else only reads: the update needs every gradient's norm
+    e.stats = {};
+    e.error = nullptr;
+    std::vector<std::size_t> order = planned_order();
+    check_permutation(order, layout_.subgroups(), step_count_, who());
+    rule_constants<Rule> k(options_, d.rates, steps_, scaler_.inv_scale(), step_decision{}.clip);
+    const model_copy<H> model{std::span<H>(static_cast<H*>(const_cast<void*>(d.model)), d.model_size), {}, {}};
+    s_->pipeline.forget_offers();
+    parts* p = s_.get();
+    e.driver = std::thread([p, &e, order = std::move(order), k = std::move(k), model, step = step_count_]() mutable {
+      try {
+        subgroup_kernel<Rule, Exec, G, H, piece_source<G, H>, count_version> kernel(
+            e.layout, std::move(k), piece_source<G, H>{{}, &p->intake, &e.layout}, model, p->pool.get(),
+            count_version{&e.version}, p->exec_ref);
+        e.stats = p->pipeline.run_open(order, order, step, kernel, e.update);
+      } catch (...) {
+        e.error = std::current_exception();
+      }
+    });
+  }
+
+  // Adds what the early pass moved and updated to the figures of the pass that finished the step
+  // (its waits were backward's time, not the step's).
+  static void add_early(pass_stats& ps, const pass_stats& e) {
+    ps.updated += e.updated;
+    ps.host_updates += e.host_updates;
+    ps.device_updates += e.device_updates;
+    ps.kernel_s += e.kernel_s;
+    ps.cache_hits += e.cache_hits;
+    ps.cache_misses += e.cache_misses;
+    ps.bytes_read += e.bytes_read;
+    ps.bytes_written += e.bytes_written;
+    ps.prefetched += e.prefetched;
+    ps.prefetched_bytes += e.prefetched_bytes;
+    for (std::size_t i = 0; i < ps.path_read.size() && i < e.path_read.size(); ++i) {
+      ps.path_read[i] += e.path_read[i];
+      ps.path_written[i] += e.path_written[i];
+    }
+  }
+
+  // What the early pass of a declared step did.
+  struct early_outcome {
+    bool declared = false;
+    bool follow_landing = false;
+    bool ran = false;
+    std::vector<std::size_t> landed;
+    pass_stats stats;
+    std::exception_ptr error;
+  };
+  // Ends the declared step's early pass (if one runs): waits for it; the subgroups it updated
+  // are at the next step in version_.
+  early_outcome end_declared() {
+    early_outcome out;
+    if (!declared_) return out;
+    out.declared = true;
+    out.follow_landing = declared_->follow_landing;
+    out.landed = std::move(declared_->landed);
+    declared_.reset();
+    early_pass* e = s_->early.get();
+    if (e == nullptr || !e->running()) return out;
+    e->end();
+    out.ran = true;
+    out.stats = std::exchange(e->stats, {});
+    out.error = std::exchange(e->error, nullptr);
+    if (e->update) version_ = e->version;
+    return out;
+  }
+  // Subgroups updated by the step in progress.
+  [[nodiscard]] std::size_t updated_this_step() const {
+    return static_cast<std::size_t>(
+        std::count_if(version_.begin(), version_.end(), [&](std::uint64_t v) { return v > step_count_; }));
+  }
+  // Ends the declared step before a call that needs the pipeline: the early updates made stay
+  // and make the step part-way (step() with its rates finishes it). Raises an early update's
+  // error (with `rethrow`). Returns how many subgroups it had updated.
+  std::size_t settle_declared(bool rethrow = true) {
+    if (!declared_) return 0;
+    const step_rates rates = declared_->rates;
+    const early_outcome out = end_declared();
+    const std::size_t updated = updated_this_step();
+    if (updated > 0) {
+      partial_ = true;
+      partial_tensors_ = false;
+      partial_rates_ = rates;
+      decision_ = step_decision{};
+    }
+    if (rethrow && out.error) std::rethrow_exception(out.error);
+    return updated;
+  }
+
   void check_accepts() const {
     STRATA_EXPECTS(offload_.gradients != gradient_residency::caller, config_error,
                    "{}: gradient_residency::caller keeps no gradients between calls: give "
@@ -862,6 +1111,15 @@ class offload_core {
   template <class H>
   offload_step_stats accepted_step(const step_rates& rates, model_copy<H> model) {
     check_rates(rates);
+    if (declared_) {
+      const auto& d = *declared_;
+      STRATA_EXPECTS(rates == d.rates, config_error, "{}: step {} was declared with {} (begin_step), not {}",
+                     who("step"), step_count_ + 1, describe(d.rates), describe(rates));
+      STRATA_EXPECTS(model.device.empty() && d.model == static_cast<const void*>(model.host.data()) &&
+                         d.model_size == model.host.size() && (d.model_size == 0 || d.model_type == model_type_of<H>()),
+                     config_error, "{}: step {} was declared (begin_step) with another model copy", who("step"),
+                     step_count_ + 1);
+    }
     land_device_gradients();
     auto& in = s_->intake;
     for (std::size_t s = 0; s < layout_.subgroups(); ++s)
@@ -1016,6 +1274,7 @@ class offload_core {
   template <class F>
   void visit_arrays(F&& fn) {
     check_state("read");
+    settle_declared();
     s_->pipeline.visit([&](std::size_t s, std::span<const std::byte> state) {
       fn(s, reinterpret_cast<const float*>(state.data()));
     });
@@ -1089,6 +1348,8 @@ class offload_core {
   bool removed_ = false;  // remove_state() ran
   step_rates partial_rates_{0.0};  // of the step in progress (a retry must repeat them)
   offload_stats totals_;
+  std::optional<declared_step> declared_;   // by begin_step, until its step()
+  std::vector<std::size_t> landing_order_;  // the last declared step's, when every subgroup landed
 };
 
 template <executor Exec, update_rule Rule>
@@ -1100,6 +1361,17 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
                  "{}: retrying step {} {} tensors, which it began {}", who("step"), step_count_ + 1,
                  cover != nullptr ? "with" : "without", partial_tensors_ ? "with" : "without");
   land_device_gradients();  // (no-op when none are in flight) before the intake may be reset
+  // The updates made as gradients landed (begin_step) are this step's first.
+  early_outcome early = end_declared();
+  if (early.error) {
+    if (updated_this_step() > 0) {  // part-way: a retry updates the rest
+      partial_ = true;
+      partial_tensors_ = false;
+      partial_rates_ = rates;
+      decision_ = step_decision{};
+    }
+    std::rethrow_exception(early.error);
+  }
   trace_span step_span(tracer_, "offload.step");
   if (!partial_) {
     decision_ = step_decision{};
@@ -1117,8 +1389,23 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   rule_constants<Rule> k(options_, rates, steps_, scaler_.inv_scale(), decision_.clip);
   if (!partial_) check_blocks(pieces, k);
   const std::size_t n = layout_.subgroups();
-  const auto order = order_of(order_, step_count_, n);
-  const auto next = order_of(order_, step_count_ + 1, n);
+  std::vector<std::size_t> order, next;
+  if (early.follow_landing) {
+    // The landing order (the early pass's own), then what did not land in it; the next step is
+    // expected to land alike, so the cache keeps what it needs first.
+    std::vector<char> seen(n, 0);
+    for (const std::size_t s : early.landed) {
+      order.push_back(s);
+      seen[s] = 1;
+    }
+    for (const std::size_t s : planned_order())
+      if (seen[s] == 0) order.push_back(s);
+    if (early.landed.size() == n) landing_order_ = early.landed;
+    next = order;
+  } else {
+    order = order_of(order_, step_count_, n);
+    next = order_of(order_, step_count_ + 1, n);
+  }
   check_permutation(order, n, step_count_, who());
   const auto touched = [&](std::size_t s) { return cover == nullptr || cover->touches(begin(s), begin(s) + length(s)); };
   std::vector<std::size_t> todo;
@@ -1131,7 +1418,8 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   subgroup_kernel<Rule, Exec, G, H, Src, count_version> kernel(layout_, std::move(k), std::move(pieces), model,
                                                                s_->pool.get(), count_version{&version_}, s_->exec_ref,
                                                                opts.adopt_model);
-  const pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);
+  pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);
+  if (early.ran) add_early(ps, early.stats);
   if (cover == nullptr) {
     steps_.advance_all();
   } else {
@@ -1169,6 +1457,8 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   st.prefetched_bytes = ps.prefetched_bytes;
   st.writes_left = ps.writes_left;
   st.writes_left_bytes = ps.writes_left_bytes;
+  st.early_updates = early.stats.updated;
+  st.early_bytes_read = early.stats.bytes_read;
   st.bytes_read = ps.bytes_read;
   st.bytes_written = ps.bytes_written;
   auto& pipe = s_->pipeline;

@@ -184,11 +184,13 @@ class pipeline_core : protected pipeline_state<Exec> {
     if (opts_.eager_writes && position_[s] + cache->capacity() < order_size_) queue_write(s);
   }
 
-  // Admits `s` to the cache, evicting a victim; false when every cached subgroup is pinned.
+  // Admits `s` to the cache, evicting a victim; false when every cached subgroup is pinned or
+  // the policy ranks `s` below all of them (it is used after every one: a bypass).
   bool admit(std::size_t s) {
     auto& cache = *pool_.cache();
     if (cache.size() >= cache.capacity() && !cache.policy().victim().has_value()) return false;
-    const auto look = cache.access(s);
+    const auto look = cache.access_or_bypass(s);
+    if (look.evicted == s) return false;  // used after every cached one: written, not kept
     if (look.evicted) evict(*look.evicted);
     return true;
   }
@@ -282,7 +284,32 @@ class pipeline_core : protected pipeline_state<Exec> {
 
   // --- completion handlers ------------------------------------------------------------------------
 
+  // A subgroup offered to the open pass (or the end of the offers): it joins the pass's todo.
+  // Offers outside an open pass are stale (their pass ended on an error): the next pass updates
+  // those subgroups.
+  void take_offer(const message& m) {
+    if (!this->open_) return;
+    if (m.s == npos) {
+      this->offers_closed_ = true;
+      if (m.error) fail(m.error);  // cancelled: drain, then end
+      return;
+    }
+    const std::size_t s = m.s;
+    auto& todo = this->todo_;
+    if (s >= recs_.size() || position_[s] == npos || std::find(todo.begin(), todo.end(), s) != todo.end()) {
+      fail(std::make_exception_ptr(config_error(fmt::format(
+          "subgroup_pipeline::offer: subgroup {} is not in the pass's order, or was offered twice", s))));
+      return;
+    }
+    todo.push_back(s);
+    this->wanted_[s] = true;
+  }
+
   void handle(message& m, const kernel_type* kernel) {
+    if (m.kind == msg_kind::offer) {
+      take_offer(m);
+      return;
+    }
     const std::size_t s = m.s;
     auto& r = recs_[s];
     switch (m.kind) {
@@ -300,7 +327,8 @@ class pipeline_core : protected pipeline_state<Exec> {
           apply(s, subgroup_event::read_done);
           r.aux_ready = has_aux(s) && !early;  // (prefetch reads the state alone)
           // prefetched for a pass that does not update it: the slot goes back at once
-          if (early && stats_ != nullptr && !this->wanted_[s] && !pool_.cached(s)) drop(s);
+          // (an open pass keeps it: it is offered later)
+          if (early && stats_ != nullptr && !this->open_ && !this->wanted_[s] && !pool_.cached(s)) drop(s);
         }
         return;
       }
@@ -329,6 +357,7 @@ class pipeline_core : protected pipeline_state<Exec> {
       case msg_kind::h2d:
       case msg_kind::kernel:
       case msg_kind::d2h: handle_device(m, kernel); return;
+      case msg_kind::offer: return;  // (taken above)
       case msg_kind::write:
         --writes_;
         --path_writes_[r.write_queue];
@@ -406,9 +435,13 @@ class pipeline_core : protected pipeline_state<Exec> {
 
   // Schedules with `schedule` and handles completions until `started()` holds and nothing is in
   // flight or queued, or an error occurred and what was in flight has drained. With
-  // `leave_writes`, it returns once only writes remain, issuing those still queued.
+  // `left` = leave::writes, it returns once only writes remain, issuing those still queued
+  // (leave::reads_and_writes: reads may remain too).
+  // What run_loop may return with still in flight once `started()` holds.
+  enum class leave : std::uint8_t { nothing, writes, reads_and_writes };
+
   template <class Schedule, class Started>
-  void run_loop(Schedule&& schedule, Started&& started, const kernel_type* kernel, bool leave_writes = false) {
+  void run_loop(Schedule&& schedule, Started&& started, const kernel_type* kernel, leave left = leave::nothing) {
     std::vector<message> inbox;
     for (;;) {
       if (!err_) {
@@ -419,11 +452,14 @@ class pipeline_core : protected pipeline_state<Exec> {
         }
       }
       if (in_flight() == 0 && (err_ || (started() && !writes_queued()))) return;
-      if (leave_writes && !err_ && in_flight() == writes_ && started()) {
+      if (left != leave::nothing && !err_ && started() &&
+          in_flight() == writes_ + (left == leave::reads_and_writes ? reads_ : 0)) {
         issue_all_writes();
         return;
       }
-      if (in_flight() == 0) {  // nothing will ever complete: say why instead of waiting forever
+      // Nothing will ever complete (an open pass waits for offers instead): say why instead of
+      // waiting forever.
+      if (in_flight() == 0 && !(this->open_ && !this->offers_closed_)) {
         fail(std::make_exception_ptr(capacity_error(fmt::format(
             "subgroup_pipeline: no progress possible: {} of {} host slots are free and nothing is in flight "
             "(subgroups whose writes failed may hold them: flush() retries those writes)",
@@ -433,13 +469,13 @@ class pipeline_core : protected pipeline_state<Exec> {
       const auto why = waiting_reason();
       const auto t0 = clock::now();
       {
-        trace_span span(why == waiting_for::compute ? nullptr : tracer_,
+        trace_span span(why == waiting_for::compute || why == waiting_for::offers ? nullptr : tracer_,
                         span_name(why == waiting_for::read ? "read_wait" : "write_wait"));
         std::unique_lock lock(mail_mutex_);
         mail_cv_.wait(lock, [&] { return !mail_.empty(); });
         inbox.swap(mail_);
       }
-      if (stats_ != nullptr)
+      if (stats_ != nullptr && why != waiting_for::offers)
         (why == waiting_for::read ? stats_->read_wait_s
                                   : why == waiting_for::compute ? stats_->compute_s : stats_->write_wait_s) +=
             seconds_since(t0);

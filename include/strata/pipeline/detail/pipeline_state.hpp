@@ -88,14 +88,20 @@ class pipeline_state {
     bool early = false;           // read by prefetch() for the next pass, not completed yet
     bool left_behind = false;     // written by a pass that returned before the write landed
   };
-  enum class msg_kind : std::uint8_t { read, aux_read, write, host_update, h2d, kernel, d2h };
+  // `offer`: a subgroup for the open pass (subgroup_pipeline::offer), npos when the offers end.
+  enum class msg_kind : std::uint8_t { read, aux_read, write, host_update, h2d, kernel, d2h, offer };
   struct message {
     msg_kind kind;
     std::size_t s;
     std::exception_ptr error;
     double seconds = 0;  // a host kernel's duration
   };
-  enum class waiting_for : std::uint8_t { read, compute, write };
+  // `offers`: an open pass with nothing to do until the next subgroup is offered (not the
+  // pipeline's wait: the caller's computation, counted nowhere).
+  enum class waiting_for : std::uint8_t { read, compute, write, offers };
+  // What a pass is: closed (its todo given), or open (the todo grows as subgroups are offered)
+  // and then either updating them or only reading them for the pass that will.
+  enum class pass_kind : std::uint8_t { closed, open_update, open_read };
 
   // --- where a subgroup's bytes are ---------------------------------------------------------------
 
@@ -153,8 +159,9 @@ class pipeline_state {
   // What the driver waits for now, for the statistics: an update that runs, else the state the
   // next update needs, else writes.
   [[nodiscard]] waiting_for waiting_reason() const {
+    if (open_ && !offers_closed_) return waiting_for::offers;  // (backward still runs)
     if (host_updates_ > 0) return waiting_for::compute;
-    if (!err_ && pos_ < todo_.size()) {
+    if (!err_ && pos_ < todo_.size() && open_updates_) {
       const auto& r = recs_[todo_[pos_]];
       if (r.state.phase == subgroup_phase::on_tier || r.state.phase == subgroup_phase::reading || r.aux_reading)
         return pool_.free_host() == 0 && r.state.phase == subgroup_phase::on_tier ? waiting_for::write
@@ -280,6 +287,9 @@ class pipeline_state {
   std::size_t order_size_ = 0;
   std::size_t pos_ = 0;  // next entry of todo_ to start
   std::uint64_t step_ = 0;
+  bool open_ = false;            // an open pass runs: offers go to its todo (else they are stale)
+  bool offers_closed_ = false;   // the open pass was told that no subgroup comes after
+  bool open_updates_ = true;     // the pass updates its todo (an open pass may only read it)
   pass_stats* stats_ = nullptr;  // counted only during run()
   std::exception_ptr err_;
   // Completions post here; only the driving thread reads.

@@ -21,15 +21,16 @@ namespace strata::detail {
 
 class lookahead : public ranked_policy {
  public:
-  /// `reverse_next`: assume the next step walks this step's order backwards (sweep_aware) instead
-  /// of reading it from the `next` order given (belady).
+  /// `reverse_next`: when no `next` order is given, assume the next step walks this step's order
+  /// backwards (sweep_aware) instead of knowing nothing of it (belady).
   lookahead(const char* policy, bool reverse_next) noexcept : ranked_policy(policy), reverse_next_(reverse_next) {}
 
   void on_step_begin(std::span<const std::size_t> order, std::span<const std::size_t> next) {
     std::unordered_map<std::size_t, std::size_t> cur;
     std::unordered_map<std::size_t, std::size_t> nxt;
     index(order, cur, "the step's order");
-    if (!reverse_next_) index(next, nxt, "the next step's order");
+    index(next, nxt, "the next step's order");
+    reversed_ = reverse_next_ && next.empty();
     current_ = std::move(cur);
     next_ = std::move(nxt);
     steps_length_ = order.size();
@@ -62,7 +63,7 @@ class lookahead : public ranked_policy {
   [[nodiscard]] std::uint64_t next_use(std::size_t id) const {
     const auto c = current_.find(id);
     if (c != current_.end() && !visited_.contains(id)) return c->second;
-    if (reverse_next_) {
+    if (reversed_) {
       if (c == current_.end()) return never;
       return steps_length_ + (steps_length_ - 1 - c->second);
     }
@@ -74,6 +75,7 @@ class lookahead : public ranked_policy {
   [[nodiscard]] std::uint64_t urgency(std::size_t id) const { return never - next_use(id); }
 
   bool reverse_next_;
+  bool reversed_ = false;  // this step's next order is assumed to be its reverse
   std::unordered_map<std::size_t, std::size_t> current_;
   std::unordered_map<std::size_t, std::size_t> next_;
   std::unordered_set<std::size_t> visited_;
