@@ -67,7 +67,8 @@ struct offload_options {
   bool eager_writes = true;
   /// When a step returns, start reading the subgroups the next step updates first (those this
   /// step updated, in the next step's order, that the cache does not hold: prefetch_depth per
-  /// path) into free pipeline slots, so the reads run while the caller computes the next
+  /// path; after a step declared by begin_step that followed the landing order, every free slot
+  /// but one) into free pipeline slots, so the reads run while the caller computes the next
   /// gradients. They change no state; any other call waits for them first.
   bool prefetch_next_step = true;
   /// A step returns once the model copy holds every updated weight, with its last state writes

@@ -169,8 +169,9 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   /// over. `order` is the pass's order as planned (offers outside it are a config_error) and
   /// `next` the next pass's. Failures as run(); after one the pass ends without waiting for the
   /// offers, and later ones are ignored (the next run() updates those subgroups). Returns when
-  /// the offers were closed and every offered update committed and its write landed (read only:
-  /// every read landed), so that the calling thread may end then.
+  /// the offers were closed and every offered update committed (with return_before_writes,
+  /// before their writes land; read only, before the reads land). The thread that drives it must
+  /// outlive what it leaves in flight (io_uring cancels the requests of a thread that exits).
   template <host_kernel Kernel>
   pass_stats run_open(std::span<const std::size_t> order, std::span<const std::size_t> next, std::uint64_t step,
                       Kernel& kernel, bool update) {
@@ -276,13 +277,15 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   /// part of it expected to be updated) that are neither cached nor resident: per path up to
   /// prefetch_depth (at least 1), as the pass itself reads ahead, while more than one host slot
   /// is free (one stays free for with_free_slot). Returns at once with the reads in flight; see
-  /// the file comment. Returns how many reads it started.
-  std::size_t prefetch(std::span<const std::size_t> order) {
+  /// the file comment. Returns how many reads it started. `depth` (0: prefetch_depth) sets how
+  /// many per path: an order known to be the next pass's own (its landing order, say) may fill
+  /// every free slot but one.
+  std::size_t prefetch(std::span<const std::size_t> order, std::size_t depth = 0) {
     STRATA_ASSERT(this->in_flight() == this->reads_ + this->writes_);
     auto& pool = this->pool_;
     const std::size_t n = this->objects_.size();
     const std::size_t paths = this->paths_.size();
-    const std::size_t depth = std::max<std::size_t>(this->opts_.prefetch_depth, 1);
+    if (depth == 0) depth = std::max<std::size_t>(this->opts_.prefetch_depth, 1);
     std::vector<std::size_t> ahead(paths, 0);
     std::size_t started = 0, saturated = 0;
     for (const std::size_t s : order) {
@@ -400,13 +403,10 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     this->open_ = kind != core::pass_kind::closed;
     this->offers_closed_ = false;
     this->open_updates_ = kind != core::pass_kind::open_read;
-    // An open pass returns with nothing in flight: its thread may end then, and a request in
-    // flight must not depend on the thread that issued it (io_uring cancels those of a thread
-    // that exits).
-    const leave_kind left =
-        this->opts_.return_before_writes && kind == core::pass_kind::closed ? leave_kind::writes : leave_kind::nothing;
+    const leave_kind left = this->opts_.return_before_writes ? leave_kind::writes : leave_kind::nothing;
     if (kind == core::pass_kind::open_read)
-      this->run_loop([&] { read_offered(); }, [&] { return this->offers_closed_; }, &kernel, leave_kind::nothing);
+      this->run_loop([&] { read_offered(); }, [&] { return this->offers_closed_; }, &kernel,
+                     leave_kind::reads_and_writes);
     else
       this->run_loop([&] { schedule(kernel); },
                      [&] { return this->pos_ >= this->todo_.size() && (!this->open_ || this->offers_closed_); },

@@ -24,7 +24,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -547,18 +546,29 @@ class offload_core {
     pass_stats stats;
     std::exception_ptr error;
     bool update = false;  // updates (else only reads) the subgroups offered
-    std::thread driver;
+    // One thread for the optimizer's life, not one per pass: a request stays tied to the thread
+    // that issued it (io_uring cancels those of a thread that exits), and the writes a pass
+    // leaves in flight land after it.
+    thread_pool driver{1, "strata-early"};
+    std::future<void> pass;  // of the open pass in progress
 
     early_pass(pipeline_type& p, const offload_layout& l) : pipe(&p), layout(l) {}
     early_pass(const early_pass&) = delete;
     early_pass& operator=(const early_pass&) = delete;
-    ~early_pass() { end(std::make_exception_ptr(config_error("the optimizer was destroyed during backward"))); }
-    [[nodiscard]] bool running() const noexcept { return driver.joinable(); }
-    // Ends the offers (with `cancel`: the pass starts nothing more) and waits for the driver.
+    ~early_pass() {
+      end(std::make_exception_ptr(config_error("the optimizer was destroyed during backward")));
+      try {
+        pipe->settle();  // what the driver issued lands before its thread ends
+      } catch (...) {  // (destruction reports nothing; the state on the tier is as after a crash)
+      }
+    }
+    [[nodiscard]] bool running() const noexcept { return pass.valid(); }
+    // Ends the offers (with `cancel`: the pass starts nothing more) and waits for the pass.
     void end(std::exception_ptr cancel = nullptr) noexcept {
-      if (!driver.joinable()) return;
+      if (!pass.valid()) return;
       pipe->close_offers(std::move(cancel));
-      driver.join();
+      pass.wait();
+      pass = {};
     }
   };
 
@@ -979,7 +989,7 @@ class offload_core {
     const model_copy<H> model{std::span<H>(static_cast<H*>(const_cast<void*>(d.model)), d.model_size), {}, {}};
     s_->pipeline.forget_offers();
     parts* p = s_.get();
-    e.driver = std::thread([p, &e, order = std::move(order), k = std::move(k), model, step = step_count_]() mutable {
+    e.pass = e.driver.submit([p, &e, order = std::move(order), k = std::move(k), model, step = step_count_]() mutable {
       try {
         subgroup_kernel<Rule, Exec, G, H, piece_source<G, H>, count_version> kernel(
             e.layout, std::move(k), piece_source<G, H>{{}, &p->intake, &e.layout}, model, p->pool.get(),
@@ -1479,7 +1489,10 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
     for (const std::size_t s : next)
       if (touched(s)) first.push_back(s);
     try {
-      pipe.prefetch(first);
+      // A step that followed the landing order reads the next one's first subgroups into every
+      // free slot but one: it lands alike, so they are what its early updates need first, and
+      // the reads fill the I/O that forward leaves idle.
+      pipe.prefetch(first, early.follow_landing ? pipe.slots().options().host_slots : 0);
     } catch (...) {  // the step is done; a read not started is read by the next step
     }
   }
