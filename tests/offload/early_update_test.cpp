@@ -56,6 +56,19 @@ void slow_down(tier_t& t, int ms) {
               .delay = std::chrono::milliseconds(ms)});
 }
 
+/// Counts (as the tier's fired()) the next write of `object`: issued only once its update committed.
+void write_seen(tier_t& t, const std::string& object) {
+  t.inject({.kind = strata::fault_kind::delay, .op = strata::fault_op::write, .object = object, .after = 0, .times = 1,
+            .probability = 1.0, .delay = std::chrono::milliseconds(1)});
+}
+/// Waits for that write (a deadline for liveness only: on any machine it comes well before).
+bool wait_for_write(const tier_t& t) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (t.fired() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return t.fired() > 0;
+}
+
 template <class Opt>
 bool same_state(Opt& a, Opt& b, std::size_t n) {
   std::vector<float> pa(n), pb(n), ma(n), mb(n), va(n), vb(n);
@@ -171,16 +184,13 @@ TEST_CASE("an early update commits before step() is called: the model copy of a 
   const auto g = random_grads<float>(n, 73);
   opt.begin_step(1e-3, std::span<float>(model));
   const std::size_t last = opt.subgroup_count() - 1;
+  // The write of the last subgroup's state is issued only after its update committed (and wrote
+  // its weights into the model copy): the tier's count of it, an atomic, says when.
+  write_seen(tier, opt.object_name(last));
   opt.accept_gradients(last, std::span<const float>(g).subspan(opt.begin(last), opt.length(last)));
-  // Nothing else is handed over: only the early pass can have updated the last subgroup. (A
-  // deadline for liveness only: on any machine the update takes well under it.)
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  const auto changed = [&] {
-    return std::memcmp(model.data() + opt.begin(last), init.data() + opt.begin(last), opt.length(last) * 4) != 0;
-  };
-  while (!changed() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(changed());
+  // Nothing else is handed over: only the early pass can have updated the last subgroup.
+  REQUIRE(wait_for_write(tier));
+  CHECK(std::memcmp(model.data() + opt.begin(last), init.data() + opt.begin(last), opt.length(last) * 4) != 0);
   CHECK(std::memcmp(model.data(), init.data(), opt.begin(last) * 4) == 0);  // the others wait for their gradients
   for (std::size_t s = last; s-- > 0;) opt.accept_gradients(s, std::span<const float>(g).subspan(opt.begin(s), opt.length(s)));
   const auto st = opt.step(1e-3, std::span<float>(model));
@@ -256,16 +266,12 @@ TEST_CASE("a call during backward ends the early updates part-way: flush keeps t
   std::vector<float> model_a(init), model_b(init);
   const auto g = random_grads<float>(n, 78);
   a.begin_step(1e-3, std::span<float>(model_a));
+  write_seen(ta, a.object_name(7));
   for (std::size_t s = 7; s >= 4; --s) {
     a.accept_gradients(s, std::span<const float>(g).subspan(a.begin(s), a.length(s)));
     b.accept_gradients(s, std::span<const float>(g).subspan(b.begin(s), b.length(s)));
   }
-  // Subgroup 7's update has committed once its weights changed (a deadline for liveness only).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  const auto updated = [&] { return std::memcmp(model_a.data() + 3500, init.data() + 3500, 500 * 4) != 0; };
-  while (!updated() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(updated());
+  REQUIRE(wait_for_write(ta));  // subgroup 7's update has committed
   a.flush();  // ends the early pass: what it updated stays, the step is part-way
   CHECK(a.step_count() == 0);
   temp_dir dir(fs::temp_directory_path(), "early-save");
