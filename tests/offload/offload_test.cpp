@@ -11,6 +11,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -161,11 +162,11 @@ TEST_CASE("stats count bytes per path, cache hits of the alternating order, and 
   CHECK(s2.cache_misses == 5);
   CHECK(s2.bytes_read == 5 * sg_bytes);
   CHECK(s2.bytes_written == 5 * sg_bytes);
-  // Step 1 returned with the first uncached reads of step 2 started (prefetch_next_step), up to
-  // prefetch_depth per path: in step 2's bytes, not in its bound (they may have moved before it).
+  // Step 1 returned with reads of step 2's first uncached subgroups running between the steps
+  // (prefetch_next_step), as far as free slots allow: in step 2's bytes, not in its bound (they
+  // may have moved before it).
   CHECK(s1.prefetched == 0);
-  CHECK(s2.prefetched >= 1);
-  CHECK(s2.prefetched <= 4);
+  CHECK(s2.prefetched <= 5);
   CHECK(s2.prefetched_bytes == s2.prefetched * sg_bytes);
   const double read = double(s2.bytes_read - s2.prefetched_bytes) / 3e9, write = double(s2.bytes_written) / 3e9;
   CHECK(s2.bound_s == doctest::Approx(std::max({read, write, s2.kernel_s})));
@@ -372,7 +373,9 @@ TEST_CASE("a read of the next step that fails after a step returned is forgotten
   const auto init = random_params(n, 57);
   strata::adamw_options ao;
   strata::faulty<strata::host_tier> tier(host_opts("flaky"));
-  strata::offloaded_adamw<strata::faulty<strata::host_tier>, strata::sweep_aware, strata::alternating> opt(
+  // The same order every step: step 1 starts with subgroups whose slots the writes step 0 left
+  // give back, so the reads between the steps read at least subgroup 0.
+  strata::offloaded_adamw<strata::faulty<strata::host_tier>, strata::sweep_aware, strata::sequential> opt(
       tier, init, ao, small_options(sg, 0));
   flat_reference ref(init, ao);
   // Step 0's own reads pass; the first read after them, one step 1 needs, fails.
@@ -381,7 +384,11 @@ TEST_CASE("a read of the next step that fails after a step returned is forgotten
   const auto s0 = opt.step(std::span<const strata::fp16>(g0));
   ref.step(std::span<const strata::fp16>(g0), ao.lr);
   CHECK(s0.cache_misses == 7);
-  CHECK(tier.fired() == 1);  // it failed as step 0 returned, and step 0 went through
+  // It fails between the steps (a deadline for liveness only), and step 0 went through.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (tier.fired() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(tier.fired() == 1);
   const auto g1 = random_grads<strata::fp16>(n, 59);
   const auto s1 = opt.step(std::span<const strata::fp16>(g1));
   ref.step(std::span<const strata::fp16>(g1), ao.lr);

@@ -690,6 +690,85 @@ TEST_CASE("a pass that returns before its writes leaves them in flight; the next
   }
 }
 
+TEST_CASE("read_ahead reads the next pass's subgroups into slots as the writes the last pass left land, keeps those "
+          "being written that the next pass wants, and ends at close_offers") {
+  const std::size_t subgroups = 8, n = 256;
+  gated_tier t("t");
+  strata::host_executor<> exec;
+  strata::host_budget budget(strata::unlimited_capacity);
+  const auto po = writes_after_options();
+  REQUIRE(po.host_slots() == 4);
+  strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(subgroups, n), po,
+                                                          strata::lru{});
+  pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+  const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
+  const std::vector<std::size_t> first{0, 1, 2, 3};
+  const std::vector<std::size_t> next{2, 3, 4, 5, 6, 7, 0, 1};
+  t.close_writes();
+  add_one_kernel<strata::host_executor<>> k;
+  const auto st = pipe.run(order, next, first, 0, k);
+  REQUIRE(st.writes_left == 4);  // every slot holds a subgroup being written
+  const int reads_before = t.reads();
+  {  // Nothing is free: it waits for the writes, and close_offers ends it with nothing read.
+    auto ahead = std::async(std::launch::async, [&] { return pipe.read_ahead(next); });
+    CHECK(ahead.wait_for(20ms) == std::future_status::timeout);  // (still waiting; no bound on time)
+    pipe.close_offers();
+    CHECK(ahead.get() == 0);
+  }
+  CHECK(t.reads() == reads_before);
+  // Again, and the writes land: 0 and 1 give their slots back, 2 and 3 (first in the next order)
+  // keep theirs; one free slot is read into (subgroup 4) and one stays free.
+  auto ahead = std::async(std::launch::async, [&] { return pipe.read_ahead(next); });
+  t.open_writes();
+  CHECK(ahead.get() == 1);
+  CHECK(pipe.state(2).phase == strata::subgroup_phase::resident);
+  CHECK(pipe.state(3).phase == strata::subgroup_phase::resident);
+  CHECK(pipe.state(0).phase == strata::subgroup_phase::on_tier);
+  CHECK(pipe.slots().free_host() == 1);
+  const auto st1 = pipe.run(next, next, next, 1, k);
+  CHECK(st1.updated == subgroups);
+  CHECK(st1.prefetched == 1);
+  CHECK(st1.bytes_read == 6 * n * sizeof(float));  // 4 (prefetched), 5, 6, 7, 0, 1: 2 and 3 not read again
+  CHECK(t.reads() - reads_before == 6);
+  pipe.flush();
+  pipe.visit([&](std::size_t s, std::span<const std::byte> b) {
+    CHECK(reinterpret_cast<const float*>(b.data())[0] == (s < 4 ? 2.0f : 1.0f));
+  });
+  CHECK(pipe.slots().free_host() == po.host_slots());
+}
+
+TEST_CASE("with read_next_in_pass a pass that has started every read it needs reads the next pass's first "
+          "subgroups into free slots, returns with them in flight, and the next pass takes them over") {
+  const std::size_t subgroups = 6, n = 256;
+  gated_tier t("t");
+  strata::host_executor<> exec;
+  strata::host_budget budget(strata::unlimited_capacity);
+  auto po = writes_after_options();
+  po.read_next_in_pass = true;
+  REQUIRE(po.host_slots() == 4);
+  strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(subgroups, n), po,
+                                                          strata::lru{});
+  pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+  const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
+  const std::vector<std::size_t> first{0, 1};
+  t.close_writes();  // 0 and 1 keep their slots: two free, one of them kept free
+  add_one_kernel<strata::host_executor<>> k;
+  const auto st = pipe.run(order, order, first, 0, k);
+  CHECK(st.updated == 2);
+  CHECK(st.bytes_read == 2 * n * sizeof(float));  // (the read for the next pass counts there)
+  CHECK(pipe.state(2).phase != strata::subgroup_phase::on_tier);  // read (or reading) for the next pass
+  CHECK(pipe.state(3).phase == strata::subgroup_phase::on_tier);
+  t.open_writes();
+  const auto st1 = pipe.run(order, order, order, 1, k);
+  CHECK(st1.updated == subgroups);
+  CHECK(st1.prefetched == 1);
+  CHECK(st1.prefetched_bytes == n * sizeof(float));
+  pipe.flush();  // (what pass 1 read for a next pass stays in its slots)
+  pipe.visit([&](std::size_t s, std::span<const std::byte> b) {
+    CHECK(reinterpret_cast<const float*>(b.data())[0] == (s < 2 ? 2.0f : 1.0f));
+  });
+}
+
 TEST_CASE("a write a pass left in flight that fails is raised, typed, by the next call and loses nothing") {
   const std::size_t subgroups = 4, n = 256;
   strata::faulty<strata::host_tier> t(strata::host_tier_options{.name = "t"});

@@ -65,11 +65,13 @@ struct offload_options {
   /// Write a cached subgroup right after its update when the update order will push it out of
   /// the cache before the step ends, so that writes start with the step (it stays cached, clean).
   bool eager_writes = true;
-  /// When a step returns, start reading the subgroups the next step updates first (those this
-  /// step updated, in the next step's order, that the cache does not hold: prefetch_depth per
-  /// path; after a step declared by begin_step that followed the landing order, every free slot
-  /// but one) into free pipeline slots, so the reads run while the caller computes the next
-  /// gradients. They change no state; any other call waits for them first.
+  /// Once a step has started every read it needs, and from the moment it returns on an
+  /// optimizer thread, strata reads the subgroups the next step updates first
+  /// (those this step updated, in the next step's order, that the cache does not hold) into
+  /// free pipeline slots, one kept free, as slots free up (as the writes the step left land),
+  /// while the caller computes the next gradients. They change no state; the next call that
+  /// needs the pipeline ends them (what they read stays for the next step). A failed read is
+  /// read again by the step; a failed write they find is raised, typed, by the next call.
   bool prefetch_next_step = true;
   /// A step returns once the model copy holds every updated weight, with its last state writes
   /// still in flight (they land while the caller computes the next gradients; the host slots

@@ -45,6 +45,11 @@ struct pipeline_options {
   /// still queued are issued as it returns; the host slots they hold bound them): the next call
   /// takes them over or waits for them, and reports a failed one.
   bool return_before_writes = false;
+  /// Once a pass has started every read it needs, it reads the first subgroups of the next
+  /// pass's order (`next`, given to run()) into free host slots, one kept free, so that the paths
+  /// do not idle while its last updates and writes finish; it returns with those reads in flight
+  /// and the next pass takes them over (counted there as prefetched). A failed one changes nothing.
+  bool read_next_in_pass = false;
   std::string trace_prefix = "pipeline";  ///< span names: <prefix>.read_wait, .compute, .write_wait, .device_update
 
   /// Host slots these options need: the cache, the read-ahead, the writes and the one updating.

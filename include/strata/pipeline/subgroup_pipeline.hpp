@@ -154,11 +154,23 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   template <host_kernel Kernel>
   pass_stats run(std::span<const std::size_t> order, std::span<const std::size_t> next,
                  std::span<const std::size_t> todo, std::uint64_t step, Kernel& kernel) {
+    return run(order, next, todo, step, kernel, next);
+  }
+  /// As above; with pipeline_options::read_next_in_pass, once it has started every read it needs
+  /// it reads `reads_next` (the part of the next order expected to be updated) rather than `next`.
+  template <host_kernel Kernel>
+  pass_stats run(std::span<const std::size_t> order, std::span<const std::size_t> next,
+                 std::span<const std::size_t> todo, std::uint64_t step, Kernel& kernel,
+                 std::span<const std::size_t> reads_next) {
     if constexpr (!device_kernel<Kernel, Exec>)
       STRATA_EXPECTS(!this->site_.uses_device(), config_error,
                      "subgroup_pipeline::run: the update site may choose the device, but the kernel has no device "
                      "update");
-    return run_with(order, next, todo, step, kernel_type(kernel));
+    const std::size_t n = this->objects_.size();
+    for (const std::size_t s : reads_next)
+      STRATA_EXPECTS(s < n, config_error, "subgroup_pipeline::run: subgroup {} to read next is past the {} subgroups", s,
+                     n);
+    return run_with(order, next, todo, step, kernel_type(kernel), core::pass_kind::closed, reads_next);
   }
 
   /// An open pass: updates through `kernel` the subgroups that offer() names while it runs, in
@@ -204,6 +216,9 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     this->settle();
     this->begin_call();
     const std::size_t n = this->objects_.size();
+    if (this->pool_.free_host() == 0)  // (read ahead for the next pass: their slots go back)
+      for (std::size_t s = 0; s < n; ++s)
+        if (clean_read_ahead(s)) this->drop(s);
     std::size_t next = 0;   // next subgroup to hand to fn
     std::size_t issue = 0;  // next subgroup to read
     std::vector<char> borrowed(n, 0);
@@ -295,11 +310,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
       if (r.state.phase == subgroup_phase::on_tier) {
         if (ahead[path] >= depth) continue;
         if (pool.free_host() <= 1) break;
-        this->issue_read(s, /*with_aux=*/false);
-        r.early = true;
-        ++this->early_count_;
-        this->early_bytes_ += this->objects_[s].bytes;
-        this->early_path_bytes_[path] += this->objects_[s].bytes;
+        read_early(s);
         ++started;
       } else if (pool.cached(s) ||
                  (r.state.phase != subgroup_phase::reading && r.state.phase != subgroup_phase::resident)) {
@@ -307,6 +318,61 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
       }
       if (++ahead[path] == depth && ++saturated == paths) break;
     }
+    return started;
+  }
+
+  /// prefetch() that goes on while the caller does other work: reads the subgroups of `order`
+  /// (the next pass's, or its first part) that are neither cached nor resident, in that order,
+  /// into free host slots (one kept free) as slots free up, i.e. as the writes the last pass
+  /// left land, until every one was read, no slot can free up any more (only reads in flight),
+  /// or close_offers() (from another thread) ends it. Run it on a thread of its own while the
+  /// caller's forward and backward run; that thread must outlive what it leaves in flight
+  /// (io_uring cancels the requests of a thread that exits). Returns with its reads in flight,
+  /// which the next call takes over as prefetch()'s (the next run() counts them as prefetched).
+  /// A failed read changes nothing; a failed write left by the last pass is raised here, typed
+  /// (its subgroup keeps the only copy in its slot, written first by the next call). Nothing
+  /// but close_offers() may be called on the pipeline meanwhile. Returns how many reads it
+  /// started.
+  std::size_t read_ahead(std::span<const std::size_t> order) {
+    const std::size_t n = this->objects_.size();
+    for (const std::size_t s : order)
+      STRATA_EXPECTS(s < n, config_error, "subgroup_pipeline::read_ahead: subgroup {} past the {} subgroups", s, n);
+    this->begin_call();
+    struct end_open {  // open (close_offers() ends it) until it returns, however it does
+      subgroup_pipeline* self;
+      ~end_open() { self->open_ = false, self->open_updates_ = true; }
+    } closing{this};
+    this->todo_.assign(order.begin(), order.end());
+    this->wanted_.assign(n, false);
+    this->pos_ = 0;
+    this->open_ = true;
+    this->offers_closed_ = false;
+    this->open_updates_ = false;
+    std::size_t started = 0;
+    auto& pool = this->pool_;
+    this->run_loop(
+        [&] {
+          this->issue_writes();
+          auto& todo = this->todo_;
+          for (; !this->err_ && this->pos_ < todo.size(); ++this->pos_) {
+            const std::size_t s = todo[this->pos_];
+            const auto phase = this->recs_[s].state.phase;
+            if (phase == subgroup_phase::writing && !pool.cached(s)) {
+              this->wanted_[s] = true;  // its slot stays when its write lands: read at no cost
+              continue;
+            }
+            if (phase != subgroup_phase::on_tier) continue;  // cached or resident
+            if (pool.free_host() <= 1) return;
+            read_early(s);
+            ++started;
+          }
+        },
+        [&] {
+          return this->offers_closed_ || this->pos_ >= this->todo_.size() ||
+                 (pool.free_host() <= 1 && this->writes_ == 0 && !this->writes_queued());
+        },
+        nullptr, core::leave::reads_and_writes);
+    this->end_call();
     return started;
   }
 
@@ -339,6 +405,15 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     const auto& st = this->recs_[s].state;
     return st.phase == subgroup_phase::resident && st.dirty;
   }
+  // A read for the next pass, started between passes (counted in that pass as prefetched).
+  void read_early(std::size_t s) {
+    this->issue_read(s, /*with_aux=*/false);
+    this->recs_[s].early = true;
+    ++this->early_count_;
+    this->early_bytes_ += this->objects_[s].bytes;
+    this->early_path_bytes_[this->path_of(s)] += this->objects_[s].bytes;
+  }
+
   // Resident in a slot of its own, clean, not cached: read ahead (by prefetch, or by a pass
   // that failed), so the slot may go back at no cost.
   [[nodiscard]] bool clean_read_ahead(std::size_t s) const {
@@ -348,7 +423,8 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
 
   pass_stats run_with(std::span<const std::size_t> order, std::span<const std::size_t> next,
                       std::span<const std::size_t> todo, std::uint64_t step, const kernel_type& kernel,
-                      typename core::pass_kind kind = core::pass_kind::closed) {
+                      typename core::pass_kind kind = core::pass_kind::closed,
+                      std::span<const std::size_t> reads_next = {}) {
     const auto t0 = core::clock::now();
     trace_span pass_span(this->tracer_, this->span_name("pass"));
     this->begin_call();
@@ -380,7 +456,15 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     this->order_size_ = order.size();
     this->step_ = step;
     this->pos_ = 0;
-    for (auto& r : this->recs_) r.aux_ready = false;  // side objects (gradients) are per pass
+    for (auto& r : this->recs_) {
+      r.aux_ready = false;  // side objects (gradients) are per pass
+      if (r.state.phase != subgroup_phase::reading) r.for_next = false;
+    }
+    // (an open pass is followed by the run() that finishes its step: only that one reads ahead)
+    if (kind != core::pass_kind::closed)
+      this->next_.clear();
+    else
+      this->next_.assign(reads_next.begin(), reads_next.end());
     // Reads prefetch() started count in this pass; what it read that this pass does not update
     // gives its slot back (the reads still in flight: when they land).
     st.prefetched = std::exchange(this->early_count_, 0);
@@ -423,7 +507,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     // that only reads leaves them to the pass that updates them.
     if (kind != core::pass_kind::open_read)
       for (std::size_t s = 0; s < n; ++s)
-        if (clean_read_ahead(s)) this->drop(s);
+        if (clean_read_ahead(s) && !this->recs_[s].for_next) this->drop(s);
     st.total_s = core::seconds_since(t0);
     this->end_call();
     return st;
@@ -435,6 +519,26 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     this->issue_writes();
     start_updates(kernel);
     issue_reads();
+    if (this->opts_.read_next_in_pass) read_next();
+  }
+
+  // Once every read this pass needs has started (and, open, no more subgroups can be offered):
+  // the next pass's first subgroups on the tier, into free host slots, one kept free. Their
+  // bytes count in the next pass, as prefetch()'s.
+  void read_next() {
+    if (this->err_ || (this->open_ && !this->offers_closed_)) return;
+    for (std::size_t j = this->pos_; j < this->todo_.size(); ++j)
+      if (this->recs_[this->todo_[j]].state.phase == subgroup_phase::on_tier) return;
+    for (const std::size_t s : this->next_) {
+      auto& r = this->recs_[s];
+      if (this->wanted_[s] || r.state.phase != subgroup_phase::on_tier) continue;
+      if (this->pool_.free_host() <= 1) return;
+      pass_stats* const counted = std::exchange(this->stats_, nullptr);  // (the next pass's bytes)
+      read_early(s);
+      this->stats_ = counted;
+      r.for_next = true;
+      ++this->next_reads_;
+    }
   }
 
   // An open pass that only reads: the offered subgroups, in the order offered, into free host

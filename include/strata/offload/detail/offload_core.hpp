@@ -532,13 +532,18 @@ class offload_core {
     return offload_layout::of_format(params, Rule::format(o), r).required_host_memory(r, device);
   }
   /// The pipeline underneath (its state per subgroup, its slots and cache).
-  [[nodiscard]] pipeline_type& pipeline() noexcept { return s_->pipeline; }
+  /// (The reads of the next step that run between steps end first: the pipeline is the caller's.)
+  [[nodiscard]] pipeline_type& pipeline() noexcept {
+    end_reads_ahead();
+    return s_->pipeline;
+  }
 
  protected:
   // The updates (or reads) of a declared step (begin_step) that run while backward hands
   // gradients over: a driver thread runs the pipeline's open pass, which the hand-overs offer
-  // subgroups to. It refers only to what does not move with the optimizer (parts, and its own
-  // copies of the layout and the versions).
+  // subgroups to. Between steps the same thread reads the next step's first subgroups as the
+  // writes the last one left land (prefetch_next_step). It refers only to what does not move
+  // with the optimizer (parts, and its own copies of the layout and the versions).
   struct early_pass {
     pipeline_type* pipe;
     offload_layout layout;               // the kernel's
@@ -546,6 +551,8 @@ class offload_core {
     pass_stats stats;
     std::exception_ptr error;
     bool update = false;  // updates (else only reads) the subgroups offered
+    bool ahead = false;   // the pass in progress reads the next step's first subgroups (between steps)
+    std::exception_ptr ahead_error;  // of a write the last step left, raised by the next call
     // One thread for the optimizer's life, not one per pass: a request stays tied to the thread
     // that issued it (io_uring cancels those of a thread that exits), and the writes a pass
     // leaves in flight land after it.
@@ -606,6 +613,7 @@ class offload_core {
       p.device_depth = off.device_depth;
       p.device_extra_bytes = static_cast<std::size_t>(layout.device_extra_bytes());
       p.eager_writes = off.eager_writes;
+      p.read_next_in_pass = off.prefetch_next_step;  // (the step's tail reads what follows)
       p.return_before_writes = off.return_before_writes;
       p.trace_prefix = "offload";
       return p;
@@ -842,6 +850,7 @@ class offload_core {
   // an I/O error), the objects it created are removed again.
   template <class Fill>
   void write_initial_state(Fill&& fill) {
+    end_reads_ahead();
     s_->pipeline.settle();
     reclaim_objects();
     try {
@@ -946,7 +955,7 @@ class offload_core {
     auto& d = *declared_;
     d.landed.push_back(s);
     if (!d.early || version_[s] != step_count_) return;
-    if (!s_->early || !s_->early->running()) {
+    if (!s_->early || !s_->early->running() || s_->early->ahead) {  // (reads between steps end first)
       try {
         d.start(*this, s_->intake.kind());
       } catch (...) {  // a thread that cannot start: step() does it all, as without begin_step
@@ -977,6 +986,7 @@ class offload_core {
   template <class G, class H>
   void start_early() {
     const auto& d = *declared_;
+    end_reads_ahead();  // (the early pass reads on in the same order)
     if (!s_->early) s_->early = std::make_unique<early_pass>(s_->pipeline, layout_);
     early_pass& e = *s_->early;
     e.version = version_;
@@ -1032,6 +1042,7 @@ class offload_core {
   // Ends the declared step's early pass (if one runs): waits for it; the subgroups it updated
   // are at the next step in version_.
   early_outcome end_declared() {
+    end_reads_ahead();
     early_outcome out;
     if (!declared_) return out;
     out.declared = true;
@@ -1056,7 +1067,11 @@ class offload_core {
   // and make the step part-way (step() with its rates finishes it). Raises an early update's
   // error (with `rethrow`). Returns how many subgroups it had updated.
   std::size_t settle_declared(bool rethrow = true) {
-    if (!declared_) return 0;
+    end_reads_ahead();
+    if (!declared_) {
+      if (rethrow) raise_ahead_error();
+      return 0;
+    }
     const step_rates rates = declared_->rates;
     const early_outcome out = end_declared();
     const std::size_t updated = updated_this_step();
@@ -1067,7 +1082,48 @@ class offload_core {
       decision_ = step_decision{};
     }
     if (rethrow && out.error) std::rethrow_exception(out.error);
+    if (rethrow) raise_ahead_error();
     return updated;
+  }
+
+  // Starts reading the next step's first subgroups, `first` in its order, on the early pass's
+  // thread: into free slots as the writes this step left land, while the caller's forward and
+  // backward run, until the next call that needs the pipeline (end_reads_ahead). Where no
+  // thread can be had, reads what fits now (prefetch).
+  void start_reads_ahead(std::vector<std::size_t> first) {
+    auto& pipe = s_->pipeline;
+    try {
+      if (!s_->early) s_->early = std::make_unique<early_pass>(pipe, layout_);
+      early_pass& e = *s_->early;
+      STRATA_ASSERT(!e.running());
+      pipe.forget_offers();  // (a close that found its pass ended would end this one at once)
+      e.ahead = true;
+      pipeline_type* p = &pipe;
+      e.pass = e.driver.submit([p, &e, first = std::move(first)] {
+        try {
+          (void)p->read_ahead(first);
+        } catch (...) {
+          e.ahead_error = std::current_exception();
+        }
+      });
+    } catch (...) {
+      if (s_->early) s_->early->ahead = false;
+      pipe.prefetch(first);
+    }
+  }
+  // Ends the reads between steps (if they run): the pipeline is this thread's again; what they
+  // read stays for the next pass. A failed write they found waits in ahead_error.
+  void end_reads_ahead() noexcept {
+    early_pass* e = s_ ? s_->early.get() : nullptr;
+    if (e == nullptr || !e->ahead) return;
+    e->end();
+    e->ahead = false;
+  }
+  // The error of a write the last step left, found between steps: raised once, by the next call
+  // (its subgroup keeps the only copy in its slot; that call's pass writes it first).
+  void raise_ahead_error() {
+    early_pass* e = s_ ? s_->early.get() : nullptr;
+    if (e != nullptr && e->ahead_error) std::rethrow_exception(std::exchange(e->ahead_error, nullptr));
   }
 
   void check_accepts() const {
@@ -1295,6 +1351,7 @@ class offload_core {
   // Without `track` the norm is not summed here (the caller computed it from the ranges).
   template <class G>
   void stage_gradients_to_tier(std::span<const G> grads, std::size_t first, bool track = true) {
+    end_reads_ahead();
     s_->pipeline.with_free_slot([&](std::span<std::byte> scratch) {
       float* buf = reinterpret_cast<float*>(scratch.data());
       s_->intake.for_each_piece(first, grads.size(), [&](std::size_t s, std::size_t lo, std::size_t hi) {
@@ -1373,6 +1430,7 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   land_device_gradients();  // (no-op when none are in flight) before the intake may be reset
   // The updates made as gradients landed (begin_step) are this step's first.
   early_outcome early = end_declared();
+  if (!early.error && s_->early) early.error = std::exchange(s_->early->ahead_error, nullptr);
   if (early.error) {
     if (updated_this_step() > 0) {  // part-way: a retry updates the rest
       partial_ = true;
@@ -1428,7 +1486,10 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   subgroup_kernel<Rule, Exec, G, H, Src, count_version> kernel(layout_, std::move(k), std::move(pieces), model,
                                                                s_->pool.get(), count_version{&version_}, s_->exec_ref,
                                                                opts.adopt_model);
-  pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel);
+  std::vector<std::size_t> first;  // the next order, as far as this step's gradients reach
+  for (const std::size_t s : next)
+    if (touched(s)) first.push_back(s);
+  pass_stats ps = s_->pipeline.run(order, next, todo, step_count_, kernel, first);
   if (early.ran) add_early(ps, early.stats);
   if (cover == nullptr) {
     steps_.advance_all();
@@ -1485,14 +1546,10 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   totals_.steps = step_count_;
   totals_.last = st;
   if (offload_.prefetch_next_step) {
-    std::vector<std::size_t> first;  // the next order, as far as this step's gradients reached
-    for (const std::size_t s : next)
-      if (touched(s)) first.push_back(s);
     try {
-      // A step that followed the landing order reads the next one's first subgroups into every
-      // free slot but one: it lands alike, so they are what its early updates need first, and
-      // the reads fill the I/O that forward leaves idle.
-      pipe.prefetch(first, early.follow_landing ? pipe.slots().options().host_slots : 0);
+      // Into every free slot but one, as slots free up while forward and backward run: the
+      // reads fill the I/O that they leave idle, and are what the next step needs first.
+      start_reads_ahead(std::move(first));
     } catch (...) {  // the step is done; a read not started is read by the next step
     }
   }

@@ -41,7 +41,7 @@ class pipeline_core : protected pipeline_state<Exec> {
   using base::base;
   // (the state's members, by name: it is a dependent base)
   using base::aux_reads_, base::cpu_, base::device_updates_, base::err_, base::exec_, base::host_updates_,
-      base::mail_, base::mail_cv_, base::mail_mutex_, base::objects_, base::opts_, base::order_size_,
+      base::mail_, base::mail_cv_, base::mail_mutex_, base::next_reads_, base::objects_, base::opts_, base::order_size_,
       base::path_writes_, base::paths_, base::pool_, base::position_, base::reads_, base::recs_, base::stats_,
       base::tier_, base::tracer_, base::write_queue_, base::writes_;
   using base::apply, base::aux_path_of, base::aux_span, base::count, base::fail, base::has_aux,
@@ -266,7 +266,9 @@ class pipeline_core : protected pipeline_state<Exec> {
   // (among the next ones the read-ahead would read): it stays in its slot instead of being read
   // again. Later ones go back, so that they never hold a slot an earlier read needs.
   [[nodiscard]] bool due_soon(std::size_t s) const {
-    if (stats_ == nullptr || !this->wanted_[s]) return false;
+    if (!this->wanted_[s]) return false;
+    // read_ahead wants it for the next pass, while a slot stays free (visit, with_free_slot)
+    if (stats_ == nullptr) return this->open_ && !this->open_updates_ && pool_.free_host() > 0;
     const std::size_t end = std::min(this->todo_.size(), this->pos_ + opts_.prefetch_depth + 1);
     for (std::size_t j = this->pos_; j < end; ++j)
       if (this->todo_[j] == s) return true;
@@ -315,6 +317,7 @@ class pipeline_core : protected pipeline_state<Exec> {
     switch (m.kind) {
       case msg_kind::read: {
         --reads_;
+        if (r.for_next) --next_reads_;
         const bool early = std::exchange(r.early, false);
         if (m.error) {
           apply(s, subgroup_event::read_failed);
@@ -328,7 +331,8 @@ class pipeline_core : protected pipeline_state<Exec> {
           r.aux_ready = has_aux(s) && !early;  // (prefetch reads the state alone)
           // prefetched for a pass that does not update it: the slot goes back at once
           // (an open pass keeps it: it is offered later)
-          if (early && stats_ != nullptr && !this->open_ && !this->wanted_[s] && !pool_.cached(s)) drop(s);
+          if (early && stats_ != nullptr && !this->open_ && !this->wanted_[s] && !pool_.cached(s) && !r.for_next)
+            drop(s);
         }
         return;
       }
@@ -453,7 +457,7 @@ class pipeline_core : protected pipeline_state<Exec> {
       }
       if (in_flight() == 0 && (err_ || (started() && !writes_queued()))) return;
       if (left != leave::nothing && !err_ && started() &&
-          in_flight() == writes_ + (left == leave::reads_and_writes ? reads_ : 0)) {
+          in_flight() == writes_ + (left == leave::reads_and_writes ? reads_ : next_reads_)) {
         issue_all_writes();
         return;
       }

@@ -86,6 +86,7 @@ class pipeline_state {
     bool hit = false;             // was cached when its update started
     bool pinned = false;          // pinned in the cache policy while work on it is in flight
     bool early = false;           // read by prefetch() for the next pass, not completed yet
+    bool for_next = false;        // read by a pass for the next one (read_next_in_pass): kept
     bool left_behind = false;     // written by a pass that returned before the write landed
   };
   // `offer`: a subgroup for the open pass (subgroup_pipeline::offer), npos when the offers end.
@@ -278,6 +279,8 @@ class pipeline_state {
   std::size_t reads_ = 0, writes_ = 0, aux_reads_ = 0, host_updates_ = 0, device_updates_ = 0;
   // Reads prefetch() started since the last pass, for that pass's statistics.
   std::size_t early_count_ = 0;
+  std::size_t next_reads_ = 0;     // reads in flight that a pass started for the next one
+  std::vector<std::size_t> next_;  // the next pass's order (read_next_in_pass)
   std::uint64_t early_bytes_ = 0;
   std::vector<std::uint64_t> early_path_bytes_;
   // The pass in progress.
