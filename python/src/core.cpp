@@ -241,6 +241,7 @@ strata::offloaded_adamw_config config_of(nb::dict options) {
   o.write_behind_depth = take<std::size_t>(d, "write_behind_depth", o.write_behind_depth);
   o.prefetch_next_step = take<bool>(d, "prefetch_next_step", o.prefetch_next_step);
   o.return_before_writes = take<bool>(d, "return_before_writes", o.return_before_writes);
+  o.update_as_gradients_land = take<bool>(d, "update_as_gradients_land", o.update_as_gradients_land);
   o.threads = take<std::size_t>(d, "threads", o.threads);
   const std::string residency = take<std::string>(d, "gradients", "host");
   if (residency != "host" && residency != "tier" && residency != "automatic" && residency != "caller")
@@ -327,6 +328,8 @@ nb::dict step_stats_of(const strata::offload_step_stats& s) {
   d["prefetched_bytes"] = s.prefetched_bytes;
   d["writes_left"] = s.writes_left;
   d["writes_left_bytes"] = s.writes_left_bytes;
+  d["early_updates"] = s.early_updates;
+  d["early_bytes_read"] = s.early_bytes_read;
   d["bytes_read"] = s.bytes_read;
   d["bytes_written"] = s.bytes_written;
   d["paths"] = paths_of(s.paths);
@@ -370,7 +373,13 @@ class optimizer {
     return o_;
   }
 
-  void close() noexcept { o_.reset(); }
+  void close() noexcept {
+    o_.reset();
+    declared_model = nb::object();
+  }
+
+  // The model copy a declared step (begin_step) writes into, kept alive until its step().
+  nb::object declared_model;
 
  private:
   std::shared_ptr<strata::any_offloaded_optimizer> o_;
@@ -411,6 +420,23 @@ void accept_gradients(optimizer& self, std::size_t first, const array& g) {
   }
 }
 
+void begin_step(optimizer& self, nb::handle rates_in, nb::handle model_in) {
+  const auto rates = rates_of(rates_in);
+  const auto model = optional_array(model_in);
+  std::optional<strata::host_model_span> out;
+  if (model) out = model_span(*model);
+  const auto keep = self.ptr();
+  auto& o = *keep;
+  {
+    nb::gil_scoped_release unlocked;
+    if (out)
+      o.begin_step(rates, *out);
+    else
+      o.begin_step(rates);
+  }
+  if (model) self.declared_model = nb::borrow(model_in);
+}
+
 nb::dict step(optimizer& self, nb::handle rates_in, nb::handle grads_in, nb::handle model_in) {
   const auto rates = rates_of(rates_in);
   const auto grads = optional_array(grads_in);
@@ -438,6 +464,7 @@ nb::dict step(optimizer& self, nb::handle rates_in, nb::handle grads_in, nb::han
       }
     }
   }
+  self.declared_model = nb::object();
   return step_stats_of(st);
 }
 
@@ -703,6 +730,11 @@ NB_MODULE(_core, m) {
              nb::gil_scoped_release unlocked;
              o.discard_gradients();
            })
+      .def("begin_step", &begin_step, "rates"_a, "model"_a = nb::none(),
+           "Declares the next step before backward (its rates, and the host array that will receive its weights, "
+           "kept alive until step()): each subgroup whose gradients are all handed over (accept_gradients) is then "
+           "updated while the others are still coming (update_as_gradients_land); step() with the same rates and "
+           "model finishes it, bit-identical to a step without the declaration.")
       .def("step", &step, "rates"_a, "grads"_a = nb::none(), "model"_a = nb::none(),
            "One step: `rates` is a learning rate or a list of (first, count, lr, weight_decay); `grads` all "
            "gradients (or None: those handed over); `model` receives the updated weights in its own dtype.")
