@@ -66,7 +66,7 @@ def test_reads_of_the_next_step_and_writes_after_a_step_returns_train_bit_identi
             assert torch.equal(flat_master(oa), flat_master(ob))
     train(ref_model, ref, 6)
     assert prefetched[0] == 0 and all(n > 0 for n in prefetched[1:])
-    assert all(n > 0 for n in left)  # (the last subgroup's write, at least, is issued as the step returns)
+    assert all(n > 0 for n in left), (left, prefetched)  # (the last subgroup's write, at least, is issued as the step returns)
     assert same(a, b) and same(c, b)
     assert max_rel(ref_model, a) < REL
 

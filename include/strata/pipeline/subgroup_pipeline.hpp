@@ -537,6 +537,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
       read_early(s);
       this->stats_ = counted;
       r.for_next = true;
+      r.next_read = true;
       ++this->next_reads_;
     }
   }

@@ -282,6 +282,7 @@ class pipeline_core : protected pipeline_state<Exec> {
     pool_.give_host(r.slot);
     r.slot = npos;
     r.aux_ready = false;
+    r.for_next = false;
   }
 
   // --- completion handlers ------------------------------------------------------------------------
@@ -317,7 +318,11 @@ class pipeline_core : protected pipeline_state<Exec> {
     switch (m.kind) {
       case msg_kind::read: {
         --reads_;
-        if (r.for_next) --next_reads_;
+        // (the flag, not for_next: a subgroup read for the next pass may be read again later)
+        if (std::exchange(r.next_read, false)) {
+          STRATA_ASSERT(next_reads_ > 0);
+          --next_reads_;
+        }
         const bool early = std::exchange(r.early, false);
         if (m.error) {
           apply(s, subgroup_event::read_failed);
@@ -428,7 +433,10 @@ class pipeline_core : protected pipeline_state<Exec> {
         inbox.swap(mail_);
       }
       for (const auto& m : inbox) {
-        if (m.kind == msg_kind::read) --reads_;
+        if (m.kind == msg_kind::read) {
+          --reads_;
+          if (std::exchange(recs_[m.s].next_read, false)) --next_reads_;
+        }
         if (m.kind == msg_kind::write) --writes_;
       }
       inbox.clear();

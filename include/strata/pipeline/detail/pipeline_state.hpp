@@ -87,6 +87,7 @@ class pipeline_state {
     bool pinned = false;          // pinned in the cache policy while work on it is in flight
     bool early = false;           // read by prefetch() for the next pass, not completed yet
     bool for_next = false;        // read by a pass for the next one (read_next_in_pass): kept
+    bool next_read = false;       // that read is in flight (counted in next_reads_)
     bool left_behind = false;     // written by a pass that returned before the write landed
   };
   // `offer`: a subgroup for the open pass (subgroup_pipeline::offer), npos when the offers end.
