@@ -3,6 +3,7 @@ the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): trains GP
 with strata's or torch's AdamW, saves or resumes, and writes its final weights."""
 
 import argparse
+import faulthandler
 import os
 import sys
 
@@ -26,6 +27,7 @@ def main() -> int:
     ap.add_argument("--callback", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    faulthandler.enable()  # an abort or a crash prints where each thread was
     rank = int(os.environ["RANK"])
     model = gpt2(args.seed)
     if args.optimizer == "torch":

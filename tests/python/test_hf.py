@@ -154,6 +154,9 @@ def trainer_ranks(tmp_path, world=2, timeout=300, **kw):
         procs.append(subprocess.Popen([sys.executable, str(worker), f"--out={tmp_path}"] + args, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    for r, (p, o) in enumerate(zip(procs, outs)):
+        if p.returncode != 0:  # whole, in the failing test's captured output (the assertion's repr is cut)
+            print(f"--- rank {r} of {tmp_path} exited with {p.returncode} ---\n{o}")
     return [p.returncode for p in procs], outs
 
 
