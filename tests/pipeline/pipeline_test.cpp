@@ -814,6 +814,41 @@ TEST_CASE_FIXTURE(reads_next_rig,
   });
 }
 
+TEST_CASE("with read_ahead_of_offers an open pass reads the first subgroups of its planned order, per path as deep as "
+          "prefetch_depth, before they are offered, and updates each once whatever order the offers come in") {
+  const std::size_t subgroups = 6, n = 256;
+  gated_tier t("t");
+  strata::host_executor<> exec;
+  strata::host_budget budget(strata::unlimited_capacity);
+  auto po = writes_after_options();
+  po.read_ahead_of_offers = true;
+  REQUIRE(po.host_slots() == 4);
+  strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(subgroups, n), po,
+                                                          strata::lru{});
+  pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+  const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
+  add_one_kernel<strata::host_executor<>> k;
+  const int reads_before = t.reads();
+  auto pass = std::async(std::launch::async, [&] { return pipe.run_open(order, order, 0, k, /*update=*/true); });
+  // Nothing offered yet: 0 and 1 (prefetch_depth 2 on the one path) are read all the same.
+  CHECK(eventually([&] { return t.reads() - reads_before == 2; }));
+  SUBCASE("offered in the planned order") {
+    for (const std::size_t s : order) pipe.offer(s);
+  }
+  SUBCASE("offered in another order: those read ahead wait in their slots, one slot stays free for the others") {
+    for (const std::size_t s : {5, 3, 4, 2, 1, 0}) pipe.offer(s);
+  }
+  pipe.close_offers();
+  const auto st = pass.get();
+  CHECK(st.updated == subgroups);
+  CHECK(st.bytes_read == subgroups * n * sizeof(float));  // each read once, counted in the pass
+  CHECK(t.reads() - reads_before == static_cast<int>(subgroups));
+  pipe.flush();
+  pipe.visit([&](std::size_t, std::span<const std::byte> b) {
+    CHECK(reinterpret_cast<const float*>(b.data())[0] == 1.0f);
+  });
+}
+
 TEST_CASE("a write a pass left in flight that fails is raised, typed, by the next call and loses nothing") {
   const std::size_t subgroups = 4, n = 256;
   strata::faulty<strata::host_tier> t(strata::host_tier_options{.name = "t"});

@@ -50,6 +50,13 @@ struct pipeline_options {
   /// do not idle while its last updates and writes finish; it returns with those reads in flight
   /// and the next pass takes them over (counted there as prefetched). A failed one changes nothing.
   bool read_next_in_pass = false;
+  /// An open pass (run_open) also reads the subgroups of its order as planned that were not
+  /// offered yet, in that order, up to prefetch_depth per path, into free host slots (one kept
+  /// free, so that an offered subgroup always finds one), once every offered subgroup's read has
+  /// started: the state of backward's later subgroups is resident when their gradients land
+  /// instead of being read only then. A failed one changes nothing (the subgroup is read again
+  /// once offered).
+  bool read_ahead_of_offers = false;
   std::string trace_prefix = "pipeline";  ///< span names: <prefix>.read_wait, .compute, .write_wait, .device_update
 
   /// Host slots these options need: the cache, the read-ahead, the writes and the one updating.

@@ -453,6 +453,11 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     if (auto* c = this->pool_.cache()) c->begin_step(order, next);
     this->todo_.assign(todo.begin(), todo.end());
     this->wanted_ = std::move(wanted);
+    this->offered_.assign(n, false);
+    if (kind == core::pass_kind::closed || !this->opts_.read_ahead_of_offers)
+      this->planned_.clear();
+    else
+      this->planned_.assign(order.begin(), order.end());
     this->order_size_ = order.size();
     this->step_ = step;
     this->pos_ = 0;
@@ -503,9 +508,12 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
         ++st.writes_left;
         st.writes_left_bytes += this->objects_[s].bytes;
       }
+    this->planned_.clear();
     // Read ahead but never updated (a failed pass): clean, so the slot goes back; an open pass
-    // that only reads leaves them to the pass that updates them.
-    if (kind != core::pass_kind::open_read)
+    // that only reads leaves them to the pass that updates them, and so does an open pass that
+    // updates and ended well (what it read ahead of offers that never came: the run() that
+    // finishes its step takes them over).
+    if (kind == core::pass_kind::closed || (kind == core::pass_kind::open_update && this->err_))
       for (std::size_t s = 0; s < n; ++s)
         if (clean_read_ahead(s) && !this->recs_[s].for_next) this->drop(s);
     st.total_s = core::seconds_since(t0);
@@ -519,7 +527,38 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     this->issue_writes();
     start_updates(kernel);
     issue_reads();
+    read_planned();
     if (this->opts_.read_next_in_pass) read_next();
+  }
+
+  // An open pass with read_ahead_of_offers, once every offered subgroup's read has started: the
+  // subgroups of the planned order not offered yet, in that order, per path up to prefetch_depth
+  // ahead, into free host slots, one kept free. They are this pass's own (counted in it); marked
+  // as prefetch() marks its reads, so a failed one changes nothing and the gradients' side
+  // object is read once the subgroup is offered.
+  void read_planned() {
+    if (this->err_ || !this->open_ || this->offers_closed_ || this->planned_.empty()) return;
+    for (std::size_t j = this->pos_; j < this->todo_.size(); ++j)
+      if (this->recs_[this->todo_[j]].state.phase == subgroup_phase::on_tier) return;
+    const std::size_t depth = std::max<std::size_t>(this->opts_.prefetch_depth, 1);
+    std::vector<std::size_t> ahead(this->paths_.size(), 0);
+    std::size_t saturated = 0;
+    for (const std::size_t s : this->planned_) {
+      if (this->offered_[s]) continue;
+      auto& r = this->recs_[s];
+      const auto phase = r.state.phase;
+      const bool waiting = phase == subgroup_phase::reading ||
+                           (phase == subgroup_phase::resident && !this->pool_.cached(s));
+      if (phase != subgroup_phase::on_tier && !waiting) continue;
+      const std::size_t p = this->path_of(s);
+      if (ahead[p] == depth) continue;
+      if (phase == subgroup_phase::on_tier) {
+        if (this->pool_.free_host() <= 1) return;
+        this->issue_read(s, /*with_aux=*/false);
+        r.early = true;
+      }
+      if (++ahead[p] == depth && ++saturated == ahead.size()) return;
+    }
   }
 
   // Once every read this pass needs has started (and, open, no more subgroups can be offered):
@@ -558,6 +597,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
       }
       ++this->pos_;
     }
+    read_planned();
   }
 
   // Starts the next updates of the pass, in its order, while their state is resident and their

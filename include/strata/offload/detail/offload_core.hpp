@@ -614,6 +614,7 @@ class offload_core {
       p.device_extra_bytes = static_cast<std::size_t>(layout.device_extra_bytes());
       p.eager_writes = off.eager_writes;
       p.read_next_in_pass = off.prefetch_next_step;  // (the step's tail reads what follows)
+      p.read_ahead_of_offers = off.update_as_gradients_land;  // (backward's later subgroups)
       p.return_before_writes = off.return_before_writes;
       p.trace_prefix = "offload";
       return p;

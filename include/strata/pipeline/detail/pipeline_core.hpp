@@ -306,6 +306,7 @@ class pipeline_core : protected pipeline_state<Exec> {
     }
     todo.push_back(s);
     this->wanted_[s] = true;
+    this->offered_[s] = true;
   }
 
   void handle(message& m, const kernel_type* kernel) {

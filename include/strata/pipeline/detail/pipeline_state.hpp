@@ -64,6 +64,7 @@ class pipeline_state {
                    "subgroup_pipeline: the update site may choose the device, but device_depth is 0");
     recs_.resize(objects_.size());
     wanted_.assign(objects_.size(), false);
+    offered_.assign(objects_.size(), false);
     paths_ = tier_.path_descriptors();
     path_writes_.assign(paths_.size() + 1, 0);  // the last: objects not placed yet
     early_path_bytes_.assign(paths_.size(), 0);
@@ -288,6 +289,8 @@ class pipeline_state {
   std::vector<std::size_t> todo_;
   std::vector<std::size_t> position_;  // place of each subgroup in the pass's order
   std::vector<bool> wanted_;           // in todo, update not started yet
+  std::vector<bool> offered_;          // offered to the open pass
+  std::vector<std::size_t> planned_;   // the open pass's order, to read ahead of its offers
   std::size_t order_size_ = 0;
   std::size_t pos_ = 0;  // next entry of todo_ to start
   std::uint64_t step_ = 0;
