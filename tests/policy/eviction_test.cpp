@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "strata/policy/any_eviction_policy.hpp"
@@ -182,6 +183,35 @@ TEST_CASE("an access outside the walk does not make sweep_aware keep what the ne
   CHECK(run(strata::cache_index<strata::sweep_aware>(4)) == 4);
   CHECK(run(strata::cache_index<strata::belady>(4)) == 4);
   CHECK(run(strata::cache_index<strata::lru>(4)) == 2);
+}
+
+TEST_CASE_TEMPLATE("sweep_aware's and belady's plan names exactly what a walk with bypass leaves cached", P,
+                   strata::sweep_aware, strata::belady) {
+  // The walk of an optimizer's pass (access_or_bypass, as its pipeline admits), then the plan of
+  // each subgroup: kept for the next step iff still cached. Next orders: the reverse (given, and
+  // for sweep_aware also assumed), the same order again (updates that follow a repeated landing
+  // order), and a shuffle.
+  const std::size_t n = 12;
+  std::mt19937 rng(7);
+  for (const std::size_t k : {1, 3, 5}) {
+    CAPTURE(k);
+    const auto order = strata::order_of(strata::alternating{}, 0, n);
+    auto shuffled = order;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    const auto reverse = strata::order_of(strata::alternating{}, 1, n);
+    std::vector<std::vector<std::size_t>> nexts{reverse, order, shuffled};
+    if (std::is_same_v<P, strata::sweep_aware>) nexts.emplace_back();  // (assumed: the reverse)
+    for (const auto& next : nexts) {
+      CAPTURE(next.size());
+      strata::cache_index<P> cache(k);
+      cache.begin_step(order, next);
+      for (const auto id : order) (void)cache.access_or_bypass(id);
+      for (std::size_t id = 0; id < n; ++id) {
+        CAPTURE(id);
+        CHECK(cache.policy().keeps_for_next_step(id, k) == cache.contains(id));
+      }
+    }
+  }
 }
 
 TEST_CASE("before any step sweep_aware and belady evict the least recently used") {

@@ -62,8 +62,10 @@ struct offload_options {
   std::size_t write_behind_depth = 2;
   /// Device updates in flight at once, when the update site may choose the device.
   std::size_t device_depth = 2;
-  /// Write a cached subgroup right after its update when the update order will push it out of
-  /// the cache before the step ends, so that writes start with the step (it stays cached, clean).
+  /// Write a cached subgroup right after its update when it will leave the cache before the
+  /// step ends (as the eviction policy plans it, eviction_policy_with_plan; else when the order
+  /// still walks a cache's worth after it), so that writes start with the step (it stays
+  /// cached, clean).
   bool eager_writes = true;
   /// Once a step has started every read it needs, and from the moment it returns on an
   /// optimizer thread, strata reads the subgroups the next step updates first

@@ -40,7 +40,10 @@ struct pipeline_options {
   std::size_t write_behind_depth = 2;  ///< writes in flight, per path (at least 1)
   std::size_t device_depth = 2;        ///< device updates in flight, when the site uses the device
   std::size_t device_extra_bytes = 0;  ///< device scratch per subgroup beyond its state (the kernel's)
-  bool eager_writes = true;            ///< write cached subgroups the order will evict right after their update
+  /// Write a cached subgroup right after its update when it will leave the cache before the pass
+  /// ends (as its policy plans, eviction_policy_with_plan; else when the order still walks a
+  /// cache's worth after it).
+  bool eager_writes = true;
   /// run() returns once every update of the pass committed, with its last writes in flight (those
   /// still queued are issued as it returns; the host slots they hold bound them): the next call
   /// takes them over or waits for them, and reports a failed one.

@@ -55,6 +55,7 @@ struct eviction_policy_table {
   std::optional<std::size_t> (*victim)(const void*);
   bool (*contains)(const void*, std::size_t);
   std::size_t (*size)(const void*);
+  std::optional<bool> (*keeps_for_next_step)(const void*, std::size_t, std::size_t);  // (nullopt: no plan)
   [[nodiscard]] const erased_ops& ops() const noexcept { return ops_; }
 
   template <class P>
@@ -70,7 +71,13 @@ struct eviction_policy_table {
             [](void* p, std::size_t id) noexcept { static_cast<P*>(p)->unpin(id); },
             [](const void* p) { return static_cast<const P*>(p)->victim(); },
             [](const void* p, std::size_t id) { return static_cast<const P*>(p)->contains(id); },
-            [](const void* p) { return static_cast<const P*>(p)->size(); }};
+            [](const void* p) { return static_cast<const P*>(p)->size(); },
+            [](const void* p, std::size_t id, std::size_t capacity) -> std::optional<bool> {
+              if constexpr (eviction_policy_with_plan<P>)
+                return static_cast<const P*>(p)->keeps_for_next_step(id, capacity);
+              else
+                return std::nullopt;
+            }};
   }
 };
 template <class P>
@@ -95,6 +102,11 @@ class eviction_policy_calls {
   [[nodiscard]] std::optional<std::size_t> victim() const { return t().victim(self()); }
   [[nodiscard]] bool contains(std::size_t id) const { return t().contains(self(), id); }
   [[nodiscard]] std::size_t size() const { return t().size(self()); }
+  /// The held policy's keeps_for_next_step (eviction_policy_with_plan), or nullopt when it has
+  /// none.
+  [[nodiscard]] std::optional<bool> keeps_for_next_step(std::size_t id, std::size_t capacity) const {
+    return t().keeps_for_next_step(self(), id, capacity);
+  }
   /// Whether it holds no policy (a cache without entries).
   [[nodiscard]] bool empty() const noexcept { return static_cast<const D*>(this)->template target<no_eviction_policy>() != nullptr; }
 

@@ -18,6 +18,12 @@
 /// on_access, pin or on_erase of a non-resident one, are caller errors (config_error); unpin of an
 /// unpinned id is a bug (aborts). victim() is O(1) or O(log n) and on_erase/unpin do not throw.
 /// A policy is not thread-safe: its owner serializes calls.
+///
+/// Optional (eviction_policy_with_plan): keeps_for_next_step(id, capacity) says whether the
+/// policy, from the orders it was told, will still hold `id` when this step's walk ends in a
+/// cache of `capacity` entries. A cache owner asks it before writing an updated entry early
+/// (pipeline_options::eager_writes); a policy without it is taken to keep only the entries the
+/// walk reaches last (a sweep pushes the others out, as it does out of an lru cache).
 
 #include <concepts>
 #include <cstddef>
@@ -40,6 +46,14 @@ concept eviction_policy =
       { cp.victim() } -> std::same_as<std::optional<std::size_t>>;
       { cp.contains(id) } -> std::same_as<bool>;
       { cp.size() } -> std::same_as<std::size_t>;
+    };
+
+/// An eviction policy that can tell which entries it keeps for the next step (see the file
+/// comment).
+template <class P>
+concept eviction_policy_with_plan =
+    eviction_policy<P> && requires(const P& cp, std::size_t id) {
+      { cp.keeps_for_next_step(id, id) } -> std::same_as<bool>;
     };
 
 }  // namespace strata

@@ -180,8 +180,16 @@ class pipeline_core : protected pipeline_state<Exec> {
       queue_write(s);  // written behind, then dropped
       return;
     }
-    // Cached. If the order will push it out before the pass ends, write it now.
-    if (opts_.eager_writes && position_[s] + cache->capacity() < order_size_) queue_write(s);
+    // Cached. If it will be pushed out before the pass ends, write it now.
+    if (opts_.eager_writes && pushed_out(s)) queue_write(s);
+  }
+  // Whether cached `s` leaves the cache before the pass ends: as its policy plans (one that
+  // keeps the next pass's first subgroups keeps a hit the next pass needs first again: a landing
+  // order repeated each step), else when the walk still reaches a cache's worth after it.
+  [[nodiscard]] bool pushed_out(std::size_t s) const {
+    const auto* cache = pool_.cache();
+    if (const auto kept = cache->policy().keeps_for_next_step(s, cache->capacity())) return !*kept;
+    return position_[s] + cache->capacity() < order_size_;
   }
 
   // Admits `s` to the cache, evicting a victim; false when every cached subgroup is pinned or

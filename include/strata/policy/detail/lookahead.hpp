@@ -47,6 +47,16 @@ class lookahead : public ranked_policy {
     entries_.rerank(id, {urgency(id), ++clock_});
   }
 
+  /// Whether `id` is among the `capacity` subgroups the next step uses first: the entries this
+  /// ranking holds once the step's walk is over (every other one is used later, or never).
+  [[nodiscard]] bool keeps_for_next_step(std::size_t id, std::size_t capacity) const {
+    if (reversed_) {
+      const auto c = current_.find(id);
+      return c != current_.end() && steps_length_ - 1 - c->second < capacity;
+    }
+    const auto n = next_.find(id);
+    return n != next_.end() && n->second < capacity;
+  }
 
  private:
   static constexpr std::uint64_t never = std::numeric_limits<std::uint64_t>::max();
