@@ -20,8 +20,8 @@
 /// A policy is not thread-safe: its owner serializes calls.
 ///
 /// Optional (eviction_policy_with_plan): keeps_for_next_step(id, capacity) says whether the
-/// policy, from the orders it was told, will still hold `id` when this step's walk ends in a
-/// cache of `capacity` entries. A cache owner asks it before writing an updated entry early
+/// policy, from the orders it was told, expects to still hold `id` (resident, used this step)
+/// when this step's walk ends in a cache of `capacity` entries. A cache owner asks it before writing an updated entry early
 /// (pipeline_options::eager_writes); a policy without it is taken to keep only the entries the
 /// walk reaches last (a sweep pushes the others out, as it does out of an lru cache).
 

@@ -5,6 +5,7 @@
 /// least recently used first. Update orders are permutations, so every subgroup appears in each
 /// step and a two-step horizon already sees every entry's next use.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "strata/core/error.hpp"
 #include "strata/core/expects.hpp"
@@ -34,6 +36,9 @@ class lookahead : public ranked_policy {
     current_ = std::move(cur);
     next_ = std::move(nxt);
     steps_length_ = order.size();
+    later_min_.assign(order.size() + 1, never);  // the earliest next-step use from each place of the walk on
+    for (std::size_t i = order.size(); i-- > 0;)
+      later_min_[i] = std::min(later_min_[i + 1], next_rank(order[i], current_.find(order[i])));
     visited_.clear();
     entries_.rerank_all([&](std::size_t id, rank old) { return rank{urgency(id), old.tiebreak}; });
   }
@@ -47,15 +52,17 @@ class lookahead : public ranked_policy {
     entries_.rerank(id, {urgency(id), ++clock_});
   }
 
-  /// Whether `id` is among the `capacity` subgroups the next step uses first: the entries this
-  /// ranking holds once the step's walk is over (every other one is used later, or never).
+  /// Whether `id`, resident and used this step, is still held when the step's walk ends in a
+  /// cache of `capacity` entries: it is among the `capacity` subgroups the next step uses first,
+  /// or nothing the walk still reaches is used before it next step (only an admission evicts,
+  /// and only for an entry used sooner). False for a subgroup the next step does not use.
   [[nodiscard]] bool keeps_for_next_step(std::size_t id, std::size_t capacity) const {
-    if (reversed_) {
-      const auto c = current_.find(id);
-      return c != current_.end() && steps_length_ - 1 - c->second < capacity;
-    }
-    const auto n = next_.find(id);
-    return n != next_.end() && n->second < capacity;
+    const auto c = current_.find(id);
+    const std::uint64_t mine = next_rank(id, c);
+    if (mine == never) return false;
+    if (mine < capacity) return true;
+    const std::size_t after = c == current_.end() ? 0 : c->second + 1;
+    return after >= later_min_.size() || later_min_[after] > mine;
   }
 
  private:
@@ -69,16 +76,20 @@ class lookahead : public ranked_policy {
                      entries_.policy(), order[i], what);
   }
 
+  using position_map = std::unordered_map<std::size_t, std::size_t>;
+
   /// Index of the next use of `id` in the two-step horizon, or `never`.
   [[nodiscard]] std::uint64_t next_use(std::size_t id) const {
     const auto c = current_.find(id);
     if (c != current_.end() && !visited_.contains(id)) return c->second;
-    if (reversed_) {
-      if (c == current_.end()) return never;
-      return steps_length_ + (steps_length_ - 1 - c->second);
-    }
+    const std::uint64_t r = next_rank(id, c);
+    return r == never ? never : steps_length_ + r;
+  }
+  /// Place of `id` in the next step's order (`c`: its entry in current_), or `never`.
+  [[nodiscard]] std::uint64_t next_rank(std::size_t id, position_map::const_iterator c) const {
+    if (reversed_) return c == current_.end() ? never : steps_length_ - 1 - c->second;
     const auto n = next_.find(id);
-    return n == next_.end() ? never : steps_length_ + n->second;
+    return n == next_.end() ? never : n->second;
   }
 
   /// Ranks sort ascending and the smallest goes first, so the furthest use gets the smallest rank.
@@ -86,8 +97,9 @@ class lookahead : public ranked_policy {
 
   bool reverse_next_;
   bool reversed_ = false;  // this step's next order is assumed to be its reverse
-  std::unordered_map<std::size_t, std::size_t> current_;
-  std::unordered_map<std::size_t, std::size_t> next_;
+  position_map current_;
+  position_map next_;
+  std::vector<std::uint64_t> later_min_;
   std::unordered_set<std::size_t> visited_;
   std::size_t steps_length_ = 0;
 };
