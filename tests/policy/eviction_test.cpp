@@ -190,29 +190,42 @@ TEST_CASE_TEMPLATE("sweep_aware's and belady's plan names what a walk with bypas
                    strata::sweep_aware, strata::belady) {
   // Steps walked as an optimizer's pipeline admits (access_or_bypass); right after each access
   // that leaves its subgroup cached, the plan for it; at the step's end it must be cached iff
-  // the plan said so. Step sequences: alternating (next given, and for sweep_aware also
-  // assumed), the same order every step (updates that follow a repeated landing order: the
-  // cache starts each step holding what the walk reaches last), and fresh shuffles.
+  // the plan said so. Step sequences, as (order, next order told): alternating (next given, and
+  // for sweep_aware also assumed), one order repeated after a step that expected the reverse
+  // (updates that switch to following backward's landing order: the cache then starts each
+  // step holding what the walk reaches last, and the walk bypasses every miss), and shuffles.
   const std::size_t n = 12;
+  using ids = std::vector<std::size_t>;
   for (const std::size_t k : {1, 3, 5}) {
-    for (const char* family : {"alternating", "assumed", "same", "shuffled"}) {
-      if (std::string_view(family) == "assumed" && !std::is_same_v<P, strata::sweep_aware>) continue;
+    for (const std::string_view family : {"alternating", "assumed", "repeated", "shuffled"}) {
+      if (family == "assumed" && !std::is_same_v<P, strata::sweep_aware>) continue;
       CAPTURE(k);
       CAPTURE(family);
       std::mt19937 rng(11);
-      std::vector<std::vector<std::size_t>> orders;
+      const ids forward = strata::order_of(strata::alternating{}, 0, n);
+      const ids backward = strata::order_of(strata::alternating{}, 1, n);
+      std::vector<std::pair<ids, ids>> steps;
+      ids shuffled = forward;
+      std::shuffle(shuffled.begin(), shuffled.end(), rng);
       for (std::uint64_t step = 0; step < 6; ++step) {
-        auto o = strata::order_of(strata::alternating{}, family[0] == 'a' ? step : 0, n);
-        if (family[1] == 'h') std::shuffle(o.begin(), o.end(), rng);
-        orders.push_back(o);
+        const bool even = step % 2 == 0;
+        if (family == "alternating") steps.emplace_back(even ? forward : backward, even ? backward : forward);
+        if (family == "assumed") steps.emplace_back(even ? forward : backward, ids{});
+        if (family == "repeated") steps.emplace_back(forward, step == 0 ? backward : forward);
+        if (family == "shuffled") {
+          ids next = shuffled;
+          std::shuffle(next.begin(), next.end(), rng);
+          steps.emplace_back(shuffled, next);
+          shuffled = next;
+        }
       }
       strata::cache_index<P> cache(k);
-      for (std::size_t step = 0; step + 1 < orders.size(); ++step) {
+      for (std::size_t step = 0; step < steps.size(); ++step) {
         CAPTURE(step);
-        const bool assumed = std::string_view(family) == "assumed";
-        cache.begin_step(orders[step], assumed ? std::vector<std::size_t>{} : orders[step + 1]);
+        const auto& [order, next] = steps[step];
+        cache.begin_step(order, next);
         std::map<std::size_t, bool> plan;
-        for (const auto id : orders[step]) {
+        for (const auto id : order) {
           (void)cache.access_or_bypass(id);
           if (cache.contains(id)) plan[id] = cache.policy().keeps_for_next_step(id, k);
         }
