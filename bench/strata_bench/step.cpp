@@ -20,6 +20,10 @@
 // it); the systems the other presets emulate run their step after backward. The bound of the iteration is max(T, the step's I/O bound), and
 // strata-no-overlap (strata with every overlap off) is the ablation.
 //
+// An iteration's bound leaves out the bytes in flight as it began (they may have moved before it).
+// Back to back, they moved in the step before, whose bound left them out too: --run N measures N
+// iterations of a preset back to back and also bounds each run's whole window, counting them once.
+//
 // A path is DIR[:READ[:WRITE]]. READ/WRITE (bytes per second, e.g. 1GB, 500MB) cap the path with
 // the throttled adaptor, to emulate a PFS link or an object store on one machine; WRITE defaults
 // to READ. Every path is also probed (O_DIRECT write then read of --probe bytes) before the
@@ -325,6 +329,14 @@ struct iteration {
   // Bytes in flight as the iteration began (reads the last step started, writes it left): they
   // complete inside the iteration but may have moved before it, so the bound leaves them out.
   std::uint64_t carried_read = 0, carried_written = 0;
+  clk::time_point began{}, ended{};  // the window: begin_step to step()'s return
+};
+
+/// A run: measured iterations of one preset back to back (--run), one window from the first's
+/// begin to the last's return.
+struct run_figures {
+  double wall_s = 0;   // the run's window, the gaps between its iterations included
+  double bound_s = 0;  // a lower bound of wall_s (run_bound)
 };
 
 /// How one runner differs from its preset's defaults.
@@ -363,6 +375,7 @@ struct runner {
   std::optional<any_offloaded_optimizer> opt;
   double setup_s = 0;
   std::vector<iteration> iters;
+  std::vector<run_figures> runs;  // iters in runs of --run, each back to back
   std::uint64_t writes_left_bytes = 0;  // of its last step: they land in its next iteration
 };
 
@@ -474,6 +487,7 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
   const auto before = r.opt->path_totals();
   const auto grad_bytes_before = r.opt->stats().gradient_bytes_written;
   const auto t0 = clk::now();
+  it.began = t0;
   // The step is declared before forward, as a training loop knows its learning rate then: with
   // update_as_gradients_land (strata), each subgroup is updated as its gradients land.
   r.opt->begin_step(lr);
@@ -498,7 +512,8 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
   it.grads_s = since(t0);
   it.grad_written = r.opt->stats().gradient_bytes_written - grad_bytes_before;
   const auto st = r.opt->step(lr);
-  it.total_s = since(t0);
+  it.ended = clk::now();
+  it.total_s = std::chrono::duration<double>(it.ended - t0).count();
   it.carried_read = st.prefetched_bytes;
   it.carried_written = std::exchange(r.writes_left_bytes, st.writes_left_bytes);
   it.read_wait_s = st.read_wait_s;
@@ -544,10 +559,46 @@ void fill_bounds(iteration& it, const runner& r, const std::vector<path_spec>& p
   it.serial_bound_s = std::max(rb / rbw + wb / wbw, it.kernel_s);
 }
 
+/// The bound of a run of back-to-back iterations (its[0..n)), a lower bound of its window: the
+/// larger of the sum of the iterations' own bounds (disjoint windows) and fill_bounds' formula
+/// over the run's bytes, which leaves out only what was in flight as the run began. Back to
+/// back, what a step leaves in flight moves inside the next window, whose own bound leaves it
+/// out again although nothing ran in between to move it: over a run it counts once.
+run_figures run_bound(std::span<const iteration> its, const runner& r, const std::vector<path_spec>& paths,
+                      double compute_s) {
+  run_figures f;
+  if (its.empty()) return f;
+  f.wall_s = std::chrono::duration<double>(its.back().ended - its.front().began).count();
+  double rbw = 0, wbw = 0, rb = 0, wb = 0, grads = 0, kernel = 0, own = 0;
+  for (const auto& it : its) {
+    own += it.bound_s;
+    grads += static_cast<double>(it.grad_written);
+    kernel += it.kernel_s;
+  }
+  for (std::size_t k = 0; k < r.paths.size(); ++k) {
+    const auto& p = paths[r.paths[k]];
+    if (p.read_bw() <= 0 || p.write_bw() <= 0) return f;  // a path of unknown speed: no bound
+    rbw += p.read_bw();
+    wbw += p.write_bw();
+    for (const auto& it : its) {
+      rb += static_cast<double>(it.path_read[k]);
+      wb += static_cast<double>(it.path_written[k]);
+    }
+  }
+  if (rbw <= 0 || wbw <= 0) return f;
+  rb = std::max(0.0, rb - static_cast<double>(its.front().carried_read));
+  wb = std::max(0.0, wb - static_cast<double>(its.front().carried_written));
+  grads = std::min(grads, wb);
+  const double io = grads / wbw + std::max({rb / rbw, (wb - grads) / wbw, kernel});
+  f.bound_s = std::max({own, io, compute_s * static_cast<double>(its.size())});
+  return f;
+}
+
 struct summary {
   double total = 0, lo = 0, hi = 0, grads = 0, read_wait = 0, compute = 0, kernel = 0, write_wait = 0, other = 0,
          bound = 0, serial_bound = 0, update = 0, io_bound = 0;
   std::vector<double> path_read, path_written;  // bytes, median
+  double run_eff = 0, run_lo = 0, run_hi = 0;    // bound / wall of the runs (--run): median, min, max
 };
 
 summary summarize(const runner& r) {
@@ -574,12 +625,20 @@ summary summarize(const runner& r) {
     s.path_read.push_back(med([k](const iteration& i) { return static_cast<double>(i.path_read[k]); }));
     s.path_written.push_back(med([k](const iteration& i) { return static_cast<double>(i.path_written[k]); }));
   }
+  std::vector<double> effs;
+  for (const auto& run : r.runs)
+    if (run.bound_s > 0 && run.wall_s > 0) effs.push_back(run.bound_s / run.wall_s);
+  if (!effs.empty()) {
+    s.run_eff = median(effs);
+    s.run_lo = *std::min_element(effs.begin(), effs.end());
+    s.run_hi = *std::max_element(effs.begin(), effs.end());
+  }
   return s;
 }
 
 constexpr const char* usage_text =
     "[--params 200M] [--subgroup 8M] [--cache BYTES|25%] [--path DIR[:READ[:WRITE]]]... "
-    "[--preset zero_infinity|mlp_offload|strata|all] [--rule adamw[,adamw-bf16,sgd,lion]] [--iters 3] [--warmup 1]\n"
+    "[--preset zero_infinity|mlp_offload|strata|all] [--rule adamw[,adamw-bf16,sgd,lion]] [--iters 3] [--run 1] [--warmup 1]\n"
     "[--compare] [--compare-equal] [--compute SECONDS] [--ablate-overlap]\n"
     "[--mlp-lock separate|shared|none[,...]] "
     "[--grad bf16|fp16|fp32] [--threads N] [--probe 512MiB] [--max-grad-norm X] [--loss-scaling] [--no-integrity]\n"
@@ -621,7 +680,10 @@ constexpr const char* usage_text =
     "  --mlp-lock L    mlp_offload's node-wide lock on its PFS path: separate (MLP-Offload's read and write\n"
     "                  locks, the default), shared (one lock for both) or none; a comma list runs one\n"
     "                  mlp_offload per mode in the same run (e.g. separate,none: the lock's ablation)\n"
-    "  --iters N       measured iterations per preset (figures are medians, with min-max)\n"
+    "  --iters N       measured iterations per preset (figures are medians, with min-max), or rounds of --run\n"
+    "  --run N         measured iterations of a preset back to back in each round (interleaved presets) or\n"
+    "                  in each run (one preset): each run also gets a bound over its whole window ('run eff'),\n"
+    "                  where bytes one step leaves in flight count in the next (default 1: no run column)\n"
     "  --warmup N      unmeasured iterations per preset first\n"
     "  --grad T        gradient type handed over by backward (16-bit stays in host memory, except\n"
     "                  zero_infinity, which writes fp32 to the tier)\n"
@@ -727,7 +789,8 @@ int run_typed(args& a) {
   auto path_args = a.get_all("path");
   const auto preset_arg = a.choice("preset", {"zero_infinity", "mlp_offload", "strata", "all"}, "all");
   const auto rule_arg = a.get_or("rule", "adamw");
-  const auto iters = a.count("iters", 3);
+  const auto rounds = a.count("iters", 3);
+  const auto run_length = a.count("run", 1);
   const auto warmup = a.count("warmup", 1);
   const bool compare = a.flag("compare");
   const bool compare_equal = a.flag("compare-equal");
@@ -745,7 +808,9 @@ int run_typed(args& a) {
   (void)a.get("grad");  // consumed by run()
   a.finish();
   if (params == 0 || subgroup == 0) throw usage_error("step: --params and --subgroup must be positive");
-  if (iters == 0 || iters > 1000 || warmup > 1000) throw usage_error("step: --iters must be 1..1000, --warmup 0..1000");
+  if (rounds == 0 || rounds > 1000 || warmup > 1000) throw usage_error("step: --iters must be 1..1000, --warmup 0..1000");
+  if (run_length == 0 || run_length > 100) throw usage_error("step: --run must be 1..100");
+  const auto iters = rounds * run_length;
   if (threads == 0 || threads > 1024) throw usage_error("step: --threads must be 1..1024");
   if (path_args.empty()) throw usage_error("step: give at least one --path DIR[:READ[:WRITE]]");
   if (max_grad_norm < 0) throw usage_error("step: --max-grad-norm must be >= 0 (0: no clipping)");
@@ -1077,10 +1142,10 @@ int run_typed(args& a) {
       // unmeasured lead-in first, so that its measured iteration follows its own last step as in
       // training: what the lead-in started moves inside the measured window, never in the time
       // the other runners take (free time no training loop has).
-      for (std::uint64_t k = 0; k < iters; ++k)
+      for (std::uint64_t k = 0; k < rounds; ++k)
         for (std::size_t i = 0; i < runners.size(); ++i) {
           if (runners[i].opt->offload().prefetch_next_step) one(i, k, false);
-          one(i, k, true);
+          for (std::uint64_t j = 0; j < run_length; ++j) one(i, k * run_length + j, true);
         }
     } else {
       for (std::size_t i = 0; i < runners.size(); ++i) {
@@ -1090,6 +1155,9 @@ int run_typed(args& a) {
     }
     timeline = smp.samples();
   }
+  for (auto& r : runners)
+    for (std::size_t k = 0; k + run_length <= r.iters.size(); k += run_length)
+      r.runs.push_back(run_bound(std::span<const iteration>(r.iters).subspan(k, run_length), r, paths, compute_s));
 
   // The table.
   std::vector<summary> sums;
@@ -1130,13 +1198,20 @@ int run_typed(args& a) {
   if (equal_ratios) speedup_equal = ratios_over(*equal, whole);
   const auto show = [](const ratio& x) { return fmt::format("{:.2f}x ({:.2f}-{:.2f})", x.med, x.lo, x.hi); };
 
-  fmt::print("\n{} measured iterations per preset{}, after {} warm-up; medians (min-max); GB = 1e9 bytes\n", iters,
-             compare || rules.size() > 1 || ablate_overlap ? ", presets interleaved" : "", warmup);
+  const bool interleaved = compare || rules.size() > 1 || ablate_overlap;
+  fmt::print("\n{} measured iterations per preset{}{}, after {} warm-up; medians (min-max); GB = 1e9 bytes\n", iters,
+             run_length > 1 ? fmt::format(" in runs of {} back to back", run_length) : std::string(),
+             interleaved ? ", presets interleaved" : "", warmup);
+  const auto show_run = [](const summary& s) {
+    return s.run_eff > 0 ? fmt::format("{:.2f} ({:.2f}-{:.2f})", s.run_eff, s.run_lo, s.run_hi) : std::string("-");
+  };
   std::string head = fmt::format("{:<24} {:>20} {:>6} {:>9} {:>8} {:>10} {:>6}", "preset",
                                  compute_s > 0 ? "iteration s" : "step s", compute_s > 0 ? "fwd+bwd" : "grads",
                                  "read wait", "compute", "write wait", "other");
   for (const auto& p : paths) head += fmt::format(" {:>13}", p.name + " GB r/w");
-  head += fmt::format(" {:>7} {:>5} {:>7}", "bound s", "eff", "B/param");
+  head += fmt::format(" {:>7} {:>5}", "bound s", "eff");
+  if (run_length > 1) head += fmt::format(" {:>16}", "run eff");
+  head += fmt::format(" {:>7}", "B/param");
   // Several rules: each runner's speedup over AdamW's (fp32 state) of the same preset and lock.
   const bool rule_ratios = rules.size() > 1 && std::find(rules.begin(), rules.end(), "adamw") != rules.end();
   std::vector<ratio> speedup_rule(runners.size());
@@ -1167,6 +1242,7 @@ int run_typed(args& a) {
       }
     }
     line += s.bound > 0 ? fmt::format(" {:>7.2f} {:>5.2f}", s.bound, s.bound / s.total) : fmt::format(" {:>7} {:>5}", "-", "-");
+    if (run_length > 1) line += fmt::format(" {:>16}", show_run(s));
     {  // the bytes a step moved per parameter, both directions, gradients on the tier included
       double moved = 0;
       for (std::size_t j = 0; j < s.path_read.size(); ++j) moved += s.path_read[j] + s.path_written[j];
@@ -1203,6 +1279,12 @@ int run_typed(args& a) {
              "those in flight as it began: reads started and writes left by the last step); eff = bound / step (<= 1 when the\n"
              "bandwidths are the paths' ceilings: caps, or probes the medium cannot beat). B/param: bytes the step\n"
              "read and wrote per parameter (cache hits move none).\n");
+  if (run_length > 1)
+    fmt::print("run eff: per run of {} iterations back to back, its bound / its wall time (first begin to last\n"
+               "return); its bound is the largest of the sum of its iterations' bounds{} and the formula above over\n"
+               "the run's bytes less only those in flight as the run began (back to back, what a step leaves in\n"
+               "flight moves in the next one's window); median over the runs (min-max).\n",
+               run_length, compute_s > 0 ? ", the run's compute" : "");
   if (compute_s > 0) {
     // Each runner against the same rule's strata-no-overlap: per-round ratios, then their median.
     fmt::print("\nwith {:.3g} s of compute per iteration (simulated device: forward {:.3g} s, then backward with the\n"
@@ -1210,16 +1292,18 @@ int run_typed(args& a) {
                compute_s, compute_s / 3, compute_s - compute_s / 3);
     std::string h3 = fmt::format("{:<24} {:>20} {:>9} {:>9} {:>8} {:>5} {:>20}", "preset", "iteration s", "compute s",
                                  "I/O bound", "bound s", "eff", "vs strata-no-overlap");
+    if (run_length > 1) h3 += fmt::format(" {:>16}", "run eff");
     fmt::print("{}\n{}\n", h3, std::string(h3.size(), '-'));
     for (std::size_t i = 0; i < runners.size(); ++i) {
       const auto twin = std::find_if(runners.begin(), runners.end(), [&](const runner& r) {
         return r.v.preset == "strata" && !r.v.overlap && r.v.rule == runners[i].v.rule;
       });
       const auto& s = sums[i];
-      fmt::print("{:<24} {:>20} {:>9.2f} {:>9.2f} {:>8.2f} {:>5.2f} {:>20}\n", runners[i].preset,
+      fmt::print("{:<24} {:>20} {:>9.2f} {:>9.2f} {:>8.2f} {:>5.2f} {:>20}{}\n", runners[i].preset,
                  fmt::format("{:.2f} ({:.2f}-{:.2f})", s.total, s.lo, s.hi), compute_s, s.io_bound, s.bound,
                  s.bound > 0 ? s.bound / s.total : 0.0,
-                 twin == runners.end() ? std::string("-") : show(ratios_over(*twin, whole)[i]));
+                 twin == runners.end() ? std::string("-") : show(ratios_over(*twin, whole)[i]),
+                 run_length > 1 ? fmt::format(" {:>16}", show_run(s)) : std::string());
     }
   }
   if (ratios) {
@@ -1239,7 +1323,7 @@ int run_typed(args& a) {
     json_object j;
     j.add("command", "step").add("params", params).add("subgroup", subgroup).add("cache_bytes", cache_bytes);
     j.add("grad", std::is_same_v<G, float> ? "fp32" : std::is_same_v<G, bf16> ? "bf16" : "fp16");
-    j.add("iters", iters).add("warmup", warmup).add("compare", compare).add("compare_equal", compare_equal);
+    j.add("iters", iters).add("run", run_length).add("warmup", warmup).add("compare", compare).add("compare_equal", compare_equal);
     j.add("compute_s", compute_s);
     j.add("threads", threads);
     j.add("max_grad_norm", max_grad_norm).add("loss_scaling", loss_scaling).add("integrity", integrity);
@@ -1273,6 +1357,7 @@ int run_typed(args& a) {
       o.add("update_s", s.update).add("bound_s", s.bound).add("serial_bound_s", s.serial_bound);
       o.add("io_bound_s", s.io_bound);
       o.add("efficiency", s.bound > 0 ? s.bound / s.total : 0.0);
+      o.add("run_efficiency", s.run_eff).add("run_efficiency_min", s.run_lo).add("run_efficiency_max", s.run_hi);
       if (ratios) {
         o.add("speedup_vs_zero_infinity", speedup[i].med).add("speedup_min", speedup[i].lo).add("speedup_max", speedup[i].hi);
         o.add("backward_speedup", speedup_backward[i].med).add("update_speedup", speedup_update[i].med);
@@ -1291,6 +1376,13 @@ int run_typed(args& a) {
         its.push_back(x.str());
       }
       o.add_array("iterations", its);
+      std::vector<std::string> runs;  // after the iterations, which readers find after "setup_s"
+      for (const auto& run : r.runs) {
+        json_object x;
+        x.add("wall_s", run.wall_s).add("bound_s", run.bound_s);
+        runs.push_back(x.str());
+      }
+      o.add_array("runs", runs);
       rj.push_back(o.str());
     }
     j.add_array("presets", rj);
