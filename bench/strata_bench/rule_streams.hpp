@@ -153,6 +153,7 @@ void streams_portable(float* p, const G* g, H* out, std::size_t n, A*... a) {
     streams_portable(p + i, g + i, out == nullptr ? nullptr : out + i, n - i, (a + i)...);             \
   }
 STRATA_BENCH_DEFINE_STREAMS(avx512, STRATA_DETAIL_AVX512_FN, f32x16, load16, store16, stream16)
+STRATA_BENCH_DEFINE_STREAMS(avx512bf16, STRATA_DETAIL_AVX512BF16_FN, f32x16, load16, store16_ne, stream16_ne)
 STRATA_BENCH_DEFINE_STREAMS(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8, stream8)
 #undef STRATA_BENCH_DEFINE_STREAMS
 #endif
@@ -163,7 +164,9 @@ using streams_fn = void (*)(float*, const G*, H*, std::size_t, A*...);
 template <bool Prefetch, bool Nt, class G, class H, class... A>
 streams_fn<G, H, A...> pick(cpu_isa isa) {
 #if STRATA_CPU_X86_PATHS
-  if (isa == cpu_isa::avx512) return &streams_avx512<Prefetch, Nt, G, H, A...>;
+  if (isa == cpu_isa::avx512)  // bf16 narrowed as the kernels narrow it on this CPU
+    return strata::detail::cpu_uses_avx512_bf16() ? &streams_avx512bf16<Prefetch, Nt, G, H, A...>
+                                                  : &streams_avx512<Prefetch, Nt, G, H, A...>;
   if (isa == cpu_isa::avx2) return &streams_avx2<Prefetch, Nt, G, H, A...>;
 #endif
   (void)isa;

@@ -4,6 +4,7 @@
 // within its rounding bound; NaN moments stay NaN.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "strata/optim/adamw_bf16_rule.hpp"
+#include "strata/optim/detail/simd_x86.hpp"
 #include "rule_test_support.hpp"
 #include "test_support.hpp"
 
@@ -202,6 +204,40 @@ TEST_CASE("the bf16-moment rule keeps 8 bytes a parameter under torch's names an
     strata::adamw_update_cpu<float, bf16, bf16>(s.p, short_m, s.v, {}, s.g, {}, strata::make_adamw_step_params({}, 1, 1e-3));
   };
   CHECK_THROWS_AS(short_moments(), strata::config_error);
+}
+
+#if STRATA_CPU_X86_PATHS
+// 16 floats to bf16 bits by AVX512_BF16's instruction, as the kernels' bf16 stores do.
+STRATA_DETAIL_AVX512BF16_FN void bits_by_instruction(const float* in, std::uint16_t* out) {
+  namespace simd = strata::detail::simd;
+  simd::store16_ne(reinterpret_cast<bf16*>(out), simd::f32x16(_mm512_loadu_ps(in)));
+}
+#endif
+
+TEST_CASE("rounding to bf16 by AVX512_BF16's instruction gives the portable bits for every class of float") {
+#if STRATA_CPU_X86_PATHS
+  if (!strata::cpu_supports(strata::cpu_isa::avx512) || !__builtin_cpu_supports("avx512bf16")) {
+    MESSAGE("skipped: this CPU has no AVX512_BF16");
+    return;
+  }
+  // Every sign, exponent and upper mantissa (the high 16 bits: zeros, subnormals, normals,
+  // infinities, NaNs), each with low halves at and around the rounding tie and its ends; a
+  // subnormal is mixed into some vectors of normals and alone in others.
+  const std::uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xc000};
+  std::vector<float> in;
+  for (std::uint32_t hi = 0; hi < 0x10000; ++hi)
+    for (const std::uint32_t lo : lows) in.push_back(std::bit_cast<float>(hi << 16 | lo));
+  std::vector<std::uint16_t> got(in.size());
+  for (std::size_t i = 0; i < in.size(); i += 16) bits_by_instruction(in.data() + i, got.data() + i);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (got[i] != strata::detail::float_to_bf16_bits(in[i]) && ++wrong <= 5)
+      FAIL_CHECK("input bits ", std::bit_cast<std::uint32_t>(in[i]), ": ", got[i], " against ",
+                 strata::detail::float_to_bf16_bits(in[i]));
+  CHECK(wrong == 0);
+#else
+  MESSAGE("skipped: not an x86 build");
+#endif
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string_view>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -276,5 +277,15 @@ TEST_CASE("the kernels' prefetch distance is 128 elements on AMD CPUs with AVX-5
     CHECK(d == (zen4 ? strata::detail::simd::prefetch_ahead_elems_zen4 : strata::detail::simd::prefetch_ahead_elems_default));
   }
   CHECK(strata::detail::simd::prefetch_ahead_elems() == d);  // read once
+}
+#endif
+
+#if STRATA_CPU_X86_PATHS
+TEST_CASE("the kernels round to bf16 with AVX512_BF16's instruction where the CPU has it, unless the environment says no") {
+  const bool has = strata::cpu_supports(strata::cpu_isa::avx512) && __builtin_cpu_supports("avx512bf16");
+  const char* env = std::getenv("STRATA_CPU_BF16");
+  const bool off = env != nullptr && std::string_view(env) == "0";
+  CHECK(strata::detail::cpu_uses_avx512_bf16() == (has && !off));
+  if (!has) MESSAGE("this CPU has no AVX512_BF16: the AVX-512 path rounds in integer arithmetic");
 }
 #endif

@@ -38,7 +38,7 @@ struct env_variable {
 
 /// Every STRATA_* variable strata reads. Keep docs/environment.md's table in step with this list
 /// (a test holds the page to it).
-inline constexpr std::array<env_variable, 12> env_variables{{
+inline constexpr std::array<env_variable, 13> env_variables{{
     {"STRATA_NUM_THREADS", "threads of the pools strata creates when none is given (1..1024)",
      "the number of online CPUs"},
     {"STRATA_IO_BACKEND", "file_tier engine: auto, uring or posix", "auto (io_uring when available)"},
@@ -61,6 +61,10 @@ inline constexpr std::array<env_variable, 12> env_variables{{
      "CPU update kernels: elements ahead of the one being updated that each stream is prefetched (0..65536; 0: "
      "the line being read)",
      "128 on AMD CPUs with AVX-512, else 512"},
+    {"STRATA_CPU_BF16",
+     "CPU update kernels: round to bf16 (moments, model copy) with AVX512_BF16's instruction where the CPU has it "
+     "(1/0; the same bits either way)",
+     "1"},
     {"STRATA_REQUIRE_S3", "strata's own tests: a missing S3 test server fails them instead of skipping (.ci/run sets it)",
      "unset (they skip)"},
 }};

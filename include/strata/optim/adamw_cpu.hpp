@@ -67,6 +67,7 @@ STRATA_DETAIL_KERNEL_PORTABLE void adamw_kernel_portable(float* p, M* m, M* v, M
 #if STRATA_CPU_X86_PATHS
 namespace simd {
 STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(avx512, STRATA_DETAIL_AVX512_FN, f32x16, load16, store16, stream16)
+STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(avx512bf16, STRATA_DETAIL_AVX512BF16_FN, f32x16, load16, store16_ne, stream16_ne)
 STRATA_DETAIL_DEFINE_SIMD_ADAMW_LOOP(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8, stream8)
 }  // namespace simd
 template <bool L2, bool Amsgrad, class G, class H, class M>
@@ -79,6 +80,11 @@ STRATA_DETAIL_KERNEL_AVX512 void adamw_kernel_avx512(float* p, M* m, M* v, M* vm
                                                      std::size_t n, const adamw_step_params k) {
   simd::adamw_loop_avx512<L2, Amsgrad>(p, m, v, vmax, g, out, n, k);
 }
+template <bool L2, bool Amsgrad, class G, class H, class M>
+STRATA_DETAIL_KERNEL_AVX512BF16 void adamw_kernel_avx512bf16(float* p, M* m, M* v, M* vmax, const G* g, H* out,
+                                                             std::size_t n, const adamw_step_params k) {
+  simd::adamw_loop_avx512bf16<L2, Amsgrad>(p, m, v, vmax, g, out, n, k);
+}
 #endif
 
 template <class G, class H, class M = float>
@@ -87,6 +93,8 @@ using adamw_kernel_fn = void (*)(float*, M*, M*, M*, const G*, H*, std::size_t, 
 template <bool L2, bool Amsgrad, class G, class H, class M = float>
 adamw_kernel_fn<G, H, M> pick_adamw_kernel(cpu_isa isa) {
 #if STRATA_CPU_X86_PATHS
+  if constexpr (std::is_same_v<H, bf16> || std::is_same_v<M, bf16>)  // bf16 stores: rounded by the instruction
+    if (isa == cpu_isa::avx512 && cpu_uses_avx512_bf16()) return &adamw_kernel_avx512bf16<L2, Amsgrad, G, H, M>;
   if (isa == cpu_isa::avx512) return &adamw_kernel_avx512<L2, Amsgrad, G, H, M>;
   if (isa == cpu_isa::avx2) return &adamw_kernel_avx2<L2, Amsgrad, G, H, M>;
 #endif

@@ -171,6 +171,7 @@ namespace simd {
     if constexpr (write_model) std::memcpy(out + i, to, r * sizeof(H));                                           \
   }
 STRATA_DETAIL_DEFINE_SIMD_LION_LOOP(avx512, STRATA_DETAIL_AVX512_FN, f32x16, load16, store16, stream16)
+STRATA_DETAIL_DEFINE_SIMD_LION_LOOP(avx512bf16, STRATA_DETAIL_AVX512BF16_FN, f32x16, load16, store16_ne, stream16_ne)
 STRATA_DETAIL_DEFINE_SIMD_LION_LOOP(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8, stream8)
 #undef STRATA_DETAIL_DEFINE_SIMD_LION_LOOP
 }  // namespace simd
@@ -184,6 +185,11 @@ STRATA_DETAIL_KERNEL_AVX512 void lion_kernel_avx512(float* p, float* m, const G*
                                                     const lion_step_params k) {
   simd::lion_loop_avx512(p, m, g, out, n, k);
 }
+template <class G, class H>
+STRATA_DETAIL_KERNEL_AVX512BF16 void lion_kernel_avx512bf16(float* p, float* m, const G* g, H* out, std::size_t n,
+                                                            const lion_step_params k) {
+  simd::lion_loop_avx512bf16(p, m, g, out, n, k);
+}
 #endif
 
 template <class G, class H>
@@ -192,6 +198,8 @@ using lion_kernel_fn = void (*)(float*, float*, const G*, H*, std::size_t, lion_
 template <class G, class H>
 lion_kernel_fn<G, H> pick_lion_kernel(cpu_isa isa) {
 #if STRATA_CPU_X86_PATHS
+  if constexpr (std::is_same_v<H, bf16>)  // a bf16 model copy: rounded by the instruction where it can be
+    if (isa == cpu_isa::avx512 && cpu_uses_avx512_bf16()) return &lion_kernel_avx512bf16<G, H>;
   if (isa == cpu_isa::avx512) return &lion_kernel_avx512<G, H>;
   if (isa == cpu_isa::avx2) return &lion_kernel_avx2<G, H>;
 #endif

@@ -202,6 +202,7 @@ namespace simd {
     if constexpr (write_model) std::memcpy(out + i, to, r * sizeof(H));                                           \
   }
 STRATA_DETAIL_DEFINE_SIMD_SGD_LOOP(avx512, STRATA_DETAIL_AVX512_FN, f32x16, load16, store16, stream16)
+STRATA_DETAIL_DEFINE_SIMD_SGD_LOOP(avx512bf16, STRATA_DETAIL_AVX512BF16_FN, f32x16, load16, store16_ne, stream16_ne)
 STRATA_DETAIL_DEFINE_SIMD_SGD_LOOP(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8, stream8)
 #undef STRATA_DETAIL_DEFINE_SIMD_SGD_LOOP
 }  // namespace simd
@@ -215,6 +216,11 @@ STRATA_DETAIL_KERNEL_AVX512 void sgd_kernel_avx512(float* p, float* buf, const G
                                                    const sgd_step_params k) {
   simd::sgd_loop_avx512<L2, Momentum>(p, buf, g, out, n, k);
 }
+template <bool L2, bool Momentum, class G, class H>
+STRATA_DETAIL_KERNEL_AVX512BF16 void sgd_kernel_avx512bf16(float* p, float* buf, const G* g, H* out, std::size_t n,
+                                                           const sgd_step_params k) {
+  simd::sgd_loop_avx512bf16<L2, Momentum>(p, buf, g, out, n, k);
+}
 #endif
 
 template <class G, class H>
@@ -223,6 +229,8 @@ using sgd_kernel_fn = void (*)(float*, float*, const G*, H*, std::size_t, sgd_st
 template <bool L2, bool Momentum, class G, class H>
 sgd_kernel_fn<G, H> pick_sgd_kernel(cpu_isa isa) {
 #if STRATA_CPU_X86_PATHS
+  if constexpr (std::is_same_v<H, bf16>)  // a bf16 model copy: rounded by the instruction where it can be
+    if (isa == cpu_isa::avx512 && cpu_uses_avx512_bf16()) return &sgd_kernel_avx512bf16<L2, Momentum, G, H>;
   if (isa == cpu_isa::avx512) return &sgd_kernel_avx512<L2, Momentum, G, H>;
   if (isa == cpu_isa::avx2) return &sgd_kernel_avx2<L2, Momentum, G, H>;
 #endif

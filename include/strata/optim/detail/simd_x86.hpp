@@ -39,6 +39,9 @@
 // AVX-512 with VBMI's byte permutes (Ice Lake and later, Zen 4): the 8-bit rule's table look-ups.
 #define STRATA_DETAIL_AVX512VBMI_FN \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c,bmi,bmi2"))) inline
+// AVX-512 with BF16's conversion instruction (Cooper Lake, Sapphire Rapids, Zen 4): bf16 stores.
+#define STRATA_DETAIL_AVX512BF16_FN \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2"))) inline
 
 namespace strata::detail::simd {
 
@@ -160,6 +163,35 @@ STRATA_DETAIL_AVX512_FN void stream16(H* p, f32x16 a) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
   else
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), b);
+}
+
+// With AVX512_BF16: bf16 bits by one instruction (vcvtneps2bf16). It rounds to nearest even and
+// quiets a NaN as bits16 does, but flushes subnormal inputs to signed zero, which bits16 (and
+// torch) round as any other value: a vector holding one takes bits16 instead, so the bits are
+// bits16's for every input. Other element types are stored as by store16/stream16.
+STRATA_DETAIL_AVX512BF16_FN __m256i bits16_ne(f32x16 a) {
+  if (_mm512_fpclass_ps_mask(a.x, 0x20 /* subnormal */) != 0) [[unlikely]]
+    return bits16(static_cast<const bf16*>(nullptr), a);
+  return (__m256i)_mm512_cvtneps_pbh(a.x);
+}
+template <class T>
+STRATA_DETAIL_AVX512BF16_FN void store16_ne(T* p, f32x16 a) {
+  if constexpr (std::is_same_v<T, bf16>)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits16_ne(a));
+  else
+    store16(p, a);
+}
+template <class T>
+STRATA_DETAIL_AVX512BF16_FN void stream16_ne(T* p, f32x16 a) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const __m256i b = bits16_ne(a);
+    if ((reinterpret_cast<std::uintptr_t>(p) & 31) == 0)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
+    else
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), b);
+  } else {
+    stream16(p, a);
+  }
 }
 
 // ------------------------------------------------------------------------------------------
