@@ -83,7 +83,8 @@ namespace detail {
 #endif
 }
 /// Whether the avx512 path rounds to bf16 with AVX512_BF16's instruction (one instruction for
-/// the six of the integer rounding; measured 1.25x on the bf16-moment rule at 1 thread, Zen 4):
+/// the six of the integer rounding; on Zen 4 the bf16-moment rule's update from caches ran 1.32x
+/// faster with it at 1 thread, BENCHMARKS.md "AdamW with bf16 moments"):
 /// where the CPU has it, unless STRATA_CPU_BF16=0 (the bits are the same; the switch lets tests
 /// and benchmarks run both forms on one CPU). Read once per process; config_error from the first
 /// call when the variable is malformed.
