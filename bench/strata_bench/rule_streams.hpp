@@ -13,17 +13,20 @@
 //
 // A bound that the update beats is no bound, so there is more than one way: with the kernels'
 // software prefetches or without, with ordinary stores of state (as the kernels) or
-// non-temporal ones, with the kernels' schedule of tiles or a static one. `strata-bench adamw`
-// times every way in turn with the update and divides by the fastest: update time / that time is
-// a real efficiency (<= 1 up to noise) as long as no other way of moving the same bytes is
-// faster, which the benchmarks keep looking for (adamw_vs_deepspeed.sh holds DeepSpeed's CPU
-// Adam to it too).
+// non-temporal ones, with the kernels' schedule of tiles or a static one, each stream loaded and
+// stored in turn or every stream of a vector loaded before any is stored (the kernels' order).
+// `strata-bench adamw` times every way in turn with the update and divides by the fastest: update
+// time / that time is a real efficiency (<= 1 up to noise) as long as no other way of moving the
+// same bytes is faster, which the benchmarks keep looking for (adamw_vs_deepspeed.sh holds
+// DeepSpeed's CPU Adam to it too).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include <strata/core/error.hpp>
 #include <strata/core/half.hpp>
@@ -44,17 +47,24 @@ struct streams_way {
   /// DeepSpeed's CPU Adam has), instead of the kernels' parallel_tiles (a share each, walked tile
   /// by tile, then the others' tiles taken as they come).
   bool contiguous = false;
+  /// Per vector, every stream loaded before any is stored, as the kernels order them (the others
+  /// load and store each stream in turn: the weights and gradients, then each state array).
+  bool loads_first = false;
 };
 
 /// Every way rule_streams_cpu knows, the kernels' own first.
-inline constexpr streams_way streams_ways[] = {{true, false, false}, {false, false, false}, {true, true, false},
-                                               {false, true, false}, {true, false, true},  {false, false, true},
-                                               {true, true, true},   {false, true, true}};
+inline constexpr streams_way streams_ways[] = {
+    {true, false, false, false}, {false, false, false, false}, {true, true, false, false},
+    {false, true, false, false}, {true, false, true, false},   {false, false, true, false},
+    {true, true, true, false},   {false, true, true, false},   {true, false, false, true},
+    {false, false, false, true}, {true, true, false, true},    {false, true, false, true},
+    {true, false, true, true},   {false, false, true, true},   {true, true, true, true},
+    {false, true, true, true}};
 
 /// "prefetch", "no-prefetch", "prefetch+nt-state", ..., with "+contiguous" for contiguous shares.
 inline std::string to_string(streams_way w) {
   return std::string(w.prefetch ? "prefetch" : "no-prefetch") + (w.stream_state ? "+nt-state" : "") +
-         (w.contiguous ? "+contiguous" : "");
+         (w.contiguous ? "+contiguous" : "") + (w.loads_first ? "+loads-first" : "");
 }
 
 namespace streams_detail {
@@ -112,23 +122,34 @@ void streams_portable(float* p, const G* g, H* out, std::size_t n, A*... a) {
 }
 
 #define STRATA_BENCH_DEFINE_STREAMS(SUFFIX, FN, V, LOAD, STORE, STREAM)                                         \
-  template <bool Nt, class T>                                                                          \
-  [[gnu::always_inline]] FN void pass_##SUFFIX(T* a) {                                                 \
+  template <class T>                                                                                   \
+  [[gnu::always_inline]] FN auto load_##SUFFIX(T* a) {                                                 \
     using namespace strata::detail::simd;                                                              \
     if constexpr (std::is_same_v<T, std::uint8_t>) {                                                   \
       __m128i c = load_codes(a, V::width);                                                             \
       __asm__ volatile("" : "+x"(c));                                                                  \
-      store_codes(a, c, V::width, Nt);                                                                 \
+      return c;                                                                                        \
     } else {                                                                                           \
       V x = LOAD(a);                                                                                   \
       __asm__ volatile("" : "+v"(x.x));                                                                \
-      if constexpr (Nt)                                                                                \
-        STREAM(a, x);                                                                                  \
-      else                                                                                             \
-        STORE(a, x);                                                                                   \
+      return x;                                                                                        \
     }                                                                                                  \
   }                                                                                                    \
-  template <bool Prefetch, bool Nt, class G, class H, class... A>                                      \
+  template <bool Nt, class T, class X>                                                                 \
+  [[gnu::always_inline]] FN void store_##SUFFIX(T* a, X x) {                                           \
+    using namespace strata::detail::simd;                                                              \
+    if constexpr (std::is_same_v<T, std::uint8_t>)                                                     \
+      store_codes(a, x, V::width, Nt);                                                                 \
+    else if constexpr (Nt)                                                                             \
+      STREAM(a, x);                                                                                    \
+    else                                                                                               \
+      STORE(a, x);                                                                                     \
+  }                                                                                                    \
+  template <bool Nt, std::size_t... I, class Held, class... A>                                         \
+  [[gnu::always_inline]] FN void store_held_##SUFFIX(std::index_sequence<I...>, const Held& held, A*... a) { \
+    (store_##SUFFIX<Nt>(a, std::get<I>(held)), ...);                                                   \
+  }                                                                                                    \
+  template <bool Prefetch, bool Nt, bool LoadsFirst, class G, class H, class... A>                     \
   FN void streams_##SUFFIX(float* p, const G* g, H* out, std::size_t n, A*... a) {                     \
     using namespace strata::detail::simd;                                                              \
     constexpr std::size_t W = V::width;                                                                \
@@ -142,11 +163,15 @@ void streams_portable(float* p, const G* g, H* out, std::size_t n, A*... a) {
       }                                                                                                \
       V pv = LOAD(p + i), gv = LOAD(g + i);                                                            \
       __asm__ volatile("" : "+v"(pv.x), "+v"(gv.x));                                                   \
-      if constexpr (Nt)                                                                                \
-        STREAM(p + i, pv);                                                                             \
-      else                                                                                             \
-        STORE(p + i, pv);                                                                              \
-      (pass_##SUFFIX<Nt>(a + i), ...);                                                                 \
+      if constexpr (LoadsFirst) {                                                                      \
+        /* the kernels' order: p, the arrays, g loaded; then p and the arrays stored */                \
+        const std::tuple held{load_##SUFFIX(a + i)...};                                                \
+        store_##SUFFIX<Nt>(p + i, pv);                                                                 \
+        store_held_##SUFFIX<Nt>(std::index_sequence_for<A...>{}, held, (a + i)...);                    \
+      } else {                                                                                         \
+        store_##SUFFIX<Nt>(p + i, pv);                                                                 \
+        (store_##SUFFIX<Nt>(a + i, load_##SUFFIX(a + i)), ...);                                        \
+      }                                                                                                \
       if constexpr (!std::is_same_v<H, strata::detail::no_model_copy>) STREAM(out + i, pv);            \
     }                                                                                                  \
     _mm_sfence();                                                                                      \
@@ -161,22 +186,28 @@ STRATA_BENCH_DEFINE_STREAMS(avx2, STRATA_DETAIL_AVX2_FN, f32x8, load8, store8, s
 template <class G, class H, class... A>
 using streams_fn = void (*)(float*, const G*, H*, std::size_t, A*...);
 
-template <bool Prefetch, bool Nt, class G, class H, class... A>
+template <bool Prefetch, bool Nt, bool LoadsFirst, class G, class H, class... A>
 streams_fn<G, H, A...> pick(cpu_isa isa) {
 #if STRATA_CPU_X86_PATHS
   if (isa == cpu_isa::avx512)  // bf16 narrowed as the kernels narrow it on this CPU
-    return strata::detail::cpu_uses_avx512_bf16() ? &streams_avx512bf16<Prefetch, Nt, G, H, A...>
-                                                  : &streams_avx512<Prefetch, Nt, G, H, A...>;
-  if (isa == cpu_isa::avx2) return &streams_avx2<Prefetch, Nt, G, H, A...>;
+    return strata::detail::cpu_uses_avx512_bf16() ? &streams_avx512bf16<Prefetch, Nt, LoadsFirst, G, H, A...>
+                                                  : &streams_avx512<Prefetch, Nt, LoadsFirst, G, H, A...>;
+  if (isa == cpu_isa::avx2) return &streams_avx2<Prefetch, Nt, LoadsFirst, G, H, A...>;
 #endif
   (void)isa;
   return &streams_portable<G, H, A...>;
 }
 
+template <bool Prefetch, bool Nt, class G, class H, class... A>
+streams_fn<G, H, A...> pick(cpu_isa isa, bool loads_first) {
+  return loads_first ? pick<Prefetch, Nt, true, G, H, A...>(isa) : pick<Prefetch, Nt, false, G, H, A...>(isa);
+}
+
 template <class G, class H, class... A>
 streams_fn<G, H, A...> pick(cpu_isa isa, streams_way w) {
-  if (w.prefetch) return w.stream_state ? pick<true, true, G, H, A...>(isa) : pick<true, false, G, H, A...>(isa);
-  return w.stream_state ? pick<false, true, G, H, A...>(isa) : pick<false, false, G, H, A...>(isa);
+  const bool f = w.loads_first;
+  if (w.prefetch) return w.stream_state ? pick<true, true, G, H, A...>(isa, f) : pick<true, false, G, H, A...>(isa, f);
+  return w.stream_state ? pick<false, true, G, H, A...>(isa, f) : pick<false, false, G, H, A...>(isa, f);
 }
 
 // Each array as elements of its type: float, bf16 or codes.

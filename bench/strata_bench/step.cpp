@@ -531,6 +531,37 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
   return it;
 }
 
+struct io_bounds {
+  double full_duplex = 0, serial = 0;
+};
+/// The formula of fill_bounds over the bytes of back-to-back iterations `its` (their paths'
+/// bytes and gradient writes summed, less what was in flight as the first began) and their kernel
+/// time; nothing when a path's speed is unknown.
+std::optional<io_bounds> io_bound_of(std::span<const iteration> its, const runner& r,
+                                     const std::vector<path_spec>& paths) {
+  double rbw = 0, wbw = 0, rb = 0, wb = 0, grads = 0, kernel = 0;
+  for (std::size_t k = 0; k < r.paths.size(); ++k) {
+    const auto& p = paths[r.paths[k]];
+    if (p.read_bw() <= 0 || p.write_bw() <= 0) return std::nullopt;  // a path of unknown speed: no bound
+    rbw += p.read_bw();
+    wbw += p.write_bw();
+    for (const auto& it : its) {
+      rb += static_cast<double>(it.path_read[k]);
+      wb += static_cast<double>(it.path_written[k]);
+    }
+  }
+  if (rbw <= 0 || wbw <= 0 || its.empty()) return std::nullopt;
+  for (const auto& it : its) {
+    grads += static_cast<double>(it.grad_written);
+    kernel += it.kernel_s;
+  }
+  rb = std::max(0.0, rb - static_cast<double>(its.front().carried_read));
+  wb = std::max(0.0, wb - static_cast<double>(its.front().carried_written));
+  grads = std::min(grads, wb);
+  return io_bounds{grads / wbw + std::max({rb / rbw, (wb - grads) / wbw, kernel}),
+                   std::max(rb / rbw + wb / wbw, kernel)};
+}
+
 /// docs/design.md section 2 over the whole iteration, from the bandwidths of the preset's paths:
 /// the full-duplex bound, gradient writes of backward (zero_infinity's) first, then the larger of
 /// read time, write time and kernel time, since each path reads and writes at once but the
@@ -541,22 +572,11 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
 /// paths each need their time at least, whatever overlaps. Bytes are those that completed within
 /// the iteration, less those in flight as it began (they may have moved before it).
 void fill_bounds(iteration& it, const runner& r, const std::vector<path_spec>& paths, double compute_s) {
-  double rbw = 0, wbw = 0, rb = 0, wb = 0;
-  for (std::size_t k = 0; k < r.paths.size(); ++k) {
-    const auto& p = paths[r.paths[k]];
-    if (p.read_bw() <= 0 || p.write_bw() <= 0) return;  // a path of unknown speed: no bound
-    rbw += p.read_bw();
-    wbw += p.write_bw();
-    rb += static_cast<double>(it.path_read[k]);
-    wb += static_cast<double>(it.path_written[k]);
-  }
-  if (rbw <= 0 || wbw <= 0) return;
-  rb = std::max(0.0, rb - static_cast<double>(it.carried_read));
-  wb = std::max(0.0, wb - static_cast<double>(it.carried_written));
-  const double grads = std::min(static_cast<double>(it.grad_written), wb);
-  it.io_bound_s = grads / wbw + std::max({rb / rbw, (wb - grads) / wbw, it.kernel_s});
+  const auto b = io_bound_of(std::span<const iteration>(&it, 1), r, paths);
+  if (!b) return;
+  it.io_bound_s = b->full_duplex;
   it.bound_s = std::max(compute_s, it.io_bound_s);
-  it.serial_bound_s = std::max(rb / rbw + wb / wbw, it.kernel_s);
+  it.serial_bound_s = b->serial;
 }
 
 /// The bound of a run of back-to-back iterations (its[0..n)), a lower bound of its window: the
@@ -569,28 +589,11 @@ run_figures run_bound(std::span<const iteration> its, const runner& r, const std
   run_figures f;
   if (its.empty()) return f;
   f.wall_s = std::chrono::duration<double>(its.back().ended - its.front().began).count();
-  double rbw = 0, wbw = 0, rb = 0, wb = 0, grads = 0, kernel = 0, own = 0;
-  for (const auto& it : its) {
-    own += it.bound_s;
-    grads += static_cast<double>(it.grad_written);
-    kernel += it.kernel_s;
-  }
-  for (std::size_t k = 0; k < r.paths.size(); ++k) {
-    const auto& p = paths[r.paths[k]];
-    if (p.read_bw() <= 0 || p.write_bw() <= 0) return f;  // a path of unknown speed: no bound
-    rbw += p.read_bw();
-    wbw += p.write_bw();
-    for (const auto& it : its) {
-      rb += static_cast<double>(it.path_read[k]);
-      wb += static_cast<double>(it.path_written[k]);
-    }
-  }
-  if (rbw <= 0 || wbw <= 0) return f;
-  rb = std::max(0.0, rb - static_cast<double>(its.front().carried_read));
-  wb = std::max(0.0, wb - static_cast<double>(its.front().carried_written));
-  grads = std::min(grads, wb);
-  const double io = grads / wbw + std::max({rb / rbw, (wb - grads) / wbw, kernel});
-  f.bound_s = std::max({own, io, compute_s * static_cast<double>(its.size())});
+  const auto b = io_bound_of(its, r, paths);
+  if (!b) return f;
+  double own = 0;
+  for (const auto& it : its) own += it.bound_s;
+  f.bound_s = std::max({own, b->full_duplex, compute_s * static_cast<double>(its.size())});
   return f;
 }
 

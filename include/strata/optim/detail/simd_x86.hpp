@@ -156,13 +156,16 @@ STRATA_DETAIL_AVX512_FN void stream16(float* p, f32x16 a) {
   else
     _mm512_storeu_ps(p, a.x);
 }
+// 16 16-bit values non-temporal where p is 32-byte aligned, else stored as usual.
+STRATA_DETAIL_AVX512_FN void stream_bits16(void* p, __m256i b) {
+  if ((reinterpret_cast<std::uintptr_t>(p) & 31) == 0)
+    _mm256_stream_si256(static_cast<__m256i*>(p), b);
+  else
+    _mm256_storeu_si256(static_cast<__m256i*>(p), b);
+}
 template <class H>
 STRATA_DETAIL_AVX512_FN void stream16(H* p, f32x16 a) {
-  const __m256i b = bits16(p, a);
-  if ((reinterpret_cast<std::uintptr_t>(p) & 31) == 0)
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
-  else
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), b);
+  stream_bits16(p, bits16(p, a));
 }
 
 // With AVX512_BF16: bf16 bits by one instruction (vcvtneps2bf16). It rounds to nearest even and
@@ -183,15 +186,10 @@ STRATA_DETAIL_AVX512BF16_FN void store16_ne(T* p, f32x16 a) {
 }
 template <class T>
 STRATA_DETAIL_AVX512BF16_FN void stream16_ne(T* p, f32x16 a) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    const __m256i b = bits16_ne(a);
-    if ((reinterpret_cast<std::uintptr_t>(p) & 31) == 0)
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
-    else
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), b);
-  } else {
+  if constexpr (std::is_same_v<T, bf16>)
+    stream_bits16(p, bits16_ne(a));
+  else
     stream16(p, a);
-  }
 }
 
 // ------------------------------------------------------------------------------------------
