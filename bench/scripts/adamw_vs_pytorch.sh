@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Paired rounds of `strata-bench adamw` and PyTorch's CPU AdamW (bench/pytorch_adamw_bench.py) on
 # the same problem and thread count: prints, per configuration, the median and min-max over the
-# rounds of each one's Gparams/s, strata's ratio to its same-run streams bound (adamw_streams.hpp), and the per-round
+# rounds of each one's Gparams/s, strata's ratio to its same-run streams bound (rule_streams.hpp), and the per-round
 # ratio strata / PyTorch.
 #   bench/scripts/adamw_vs_pytorch.sh PYTHON [PARAMS] [ROUNDS] [IMPL]
 # PYTHON: an interpreter with torch (e.g. a venv: pip install torch --index-url .../whl/cpu).

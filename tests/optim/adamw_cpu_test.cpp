@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 #include <cstdint>
@@ -269,11 +270,21 @@ TEST_CASE("a finite step clips by the global norm over every group and equals th
 }  // namespace adamw_cpu_test
 
 #if STRATA_CPU_X86_PATHS
-TEST_CASE("the kernels' prefetch distance is 128 elements on AMD CPUs with AVX-512, else 512, unless the environment says") {
+TEST_CASE("the kernels' prefetch distance is 128 elements on AMD Zen 4, else 512, unless the environment says") {
   const std::size_t d = strata::detail::simd::prefetch_ahead_elems();
   CHECK(d <= 65536);
+  // The family from /proc/cpuinfo, apart from the cpuid the header reads (Linux; else skipped).
+  unsigned family = 0;
+  if (std::FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[256];
+    while (family == 0 && std::fgets(line, sizeof line, f) != nullptr)
+      if (std::sscanf(line, "cpu family : %u", &family) != 1) family = 0;
+    std::fclose(f);
+  }
+  if (family != 0) CHECK(strata::detail::simd::x86_family() == family);
   if (std::getenv("STRATA_PREFETCH_ELEMS") == nullptr) {
-    const bool zen4 = __builtin_cpu_is("amd") && strata::cpu_supports(strata::cpu_isa::avx512);
+    const bool zen4 = __builtin_cpu_is("amd") && strata::detail::simd::x86_family() == 0x19 &&
+                      strata::cpu_supports(strata::cpu_isa::avx512);
     CHECK(d == (zen4 ? strata::detail::simd::prefetch_ahead_elems_zen4 : strata::detail::simd::prefetch_ahead_elems_default));
   }
   CHECK(strata::detail::simd::prefetch_ahead_elems() == d);  // read once

@@ -60,7 +60,7 @@ inline constexpr std::array<env_variable, 13> env_variables{{
     {"STRATA_PREFETCH_ELEMS",
      "CPU update kernels: elements ahead of the one being updated that each stream is prefetched (0..65536; 0: "
      "the line being read)",
-     "128 on AMD CPUs with AVX-512, else 512"},
+     "128 on AMD Zen 4, else 512"},
     {"STRATA_CPU_BF16",
      "CPU update kernels: round to bf16 (moments, model copy) with AVX512_BF16's instruction where the CPU has it "
      "(1/0; the same bits either way)",

@@ -19,6 +19,7 @@
 #include "strata/optim/element_types.hpp"
 
 #if STRATA_CPU_X86_PATHS
+#include <cpuid.h>
 #include <immintrin.h>
 
 #if defined(__has_builtin) && !defined(__CUDACC__)  // nvcc's front end claims it but lacks it
@@ -51,19 +52,33 @@ namespace strata::detail::simd {
 ///  - 512 elements: measured on a 2-vCPU Xeon (2026-12-03, 32M parameters, fp32 gradients):
 ///    35.4 -> 31.7 ms per step at 1 thread, 18.1 -> 16.4 ms at 2; 256 and 1024 did no better; kept
 ///    on AMD Zen 3 (strata ahead of DeepSpeed's CPU Adam with it, 2026-12-05).
-///  - 128 elements on AMD CPUs with AVX-512 (Zen 4 and later): measured, not explained; at 512 fp32
+///  - 128 elements on AMD Zen 4 (family 0x19 with AVX-512): measured, not explained; at 512 fp32
 ///    AdamW ran at 0.92 of DeepSpeed's CPU Adam at 1 thread, at 128 at 1.05 (2026-12-06, 32M
-///    parameters; BENCHMARKS.md, "Against DeepSpeed's CPU Adam").
+///    parameters; BENCHMARKS.md, "Against DeepSpeed's CPU Adam"). Zen 5 (family 0x1a) is faster
+///    at 512 again: 1.08-1.16x for every rule at 1 thread (2026-12-07), so only Zen 4 takes 128.
 /// STRATA_PREFETCH_ELEMS (0 to 65536; 0 prefetches the line being read, i.e. no look-ahead)
 /// overrides the choice, for tuning on another CPU; read once per process.
 inline constexpr std::size_t prefetch_ahead_elems_default = 512;
 inline constexpr std::size_t prefetch_ahead_elems_zen4 = 128;
 
+/// The x86 family number as AMD and Intel define it (base family, plus the extended family when
+/// the base is 0xf): 0x19 for AMD Zen 3 and 4, 0x1a for Zen 5, 6 for most Intel cores.
+[[nodiscard]] inline unsigned x86_family() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return 0;
+  const unsigned base = (eax >> 8) & 0xfu;
+  return base == 0xfu ? base + ((eax >> 20) & 0xffu) : base;
+}
+/// An AMD Zen 4 core: AMD, family 0x19, with AVX-512 (Zen 3 has the family, not AVX-512).
+[[nodiscard]] inline bool cpu_is_zen4() noexcept {
+  return __builtin_cpu_is("amd") && x86_family() == 0x19 && cpu_supports(cpu_isa::avx512);
+}
+
 /// The distance this process uses (see prefetch_ahead_elems_default); config_error naming the
 /// variable when STRATA_PREFETCH_ELEMS is malformed.
 [[nodiscard]] inline std::size_t prefetch_ahead_elems() {
   static const std::size_t elems = [] {
-    const bool zen4 = __builtin_cpu_is("amd") && cpu_supports(cpu_isa::avx512);
+    const bool zen4 = cpu_is_zen4();
     return env_integer<std::size_t>("STRATA_PREFETCH_ELEMS",
                                     zen4 ? prefetch_ahead_elems_zen4 : prefetch_ahead_elems_default, 0, 65536);
   }();
