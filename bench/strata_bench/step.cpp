@@ -322,6 +322,7 @@ struct iteration {
   double grads_s = 0;  // forward and backward's compute (--compute) and the gradient hand-over
   double read_wait_s = 0, compute_s = 0, write_wait_s = 0, other_s = 0, kernel_s = 0;
   std::uint64_t cache_hits = 0, cache_misses = 0;
+  std::uint64_t early_updates = 0, speculative_updates = 0;  // subgroups updated as gradients landed
   std::uint64_t grad_written = 0;  // fp32 gradient bytes backward wrote to the tier (zero_infinity)
   std::vector<std::uint64_t> path_read, path_written;  // completed bytes per path, gradients included
   double bound_s = 0, serial_bound_s = 0;
@@ -348,6 +349,7 @@ struct variant {
   std::string rule = "adamw";     // the update rule (--rule)
   bool overlap = true;  // strata: the step's I/O overlaps forward and backward (prefetch_next_step,
                         // update_as_gradients_land, return_before_writes)
+  bool speculate = true;  // strata with clipping or loss scaling: speculate_updates
 };
 
 /// The bench's config of `rule`: torch's defaults, SGD with momentum 0.9 (a momentum buffer, as
@@ -517,6 +519,8 @@ iteration run_iteration(runner& r, std::span<const G> grads, std::size_t subgrou
   it.carried_read = st.prefetched_bytes;
   it.carried_written = std::exchange(r.writes_left_bytes, st.writes_left_bytes);
   it.read_wait_s = st.read_wait_s;
+  it.early_updates = st.early_updates;
+  it.speculative_updates = st.speculative_updates;
   it.compute_s = st.compute_s;
   it.kernel_s = st.kernel_s;
   it.write_wait_s = st.write_wait_s;
@@ -642,7 +646,7 @@ summary summarize(const runner& r) {
 constexpr const char* usage_text =
     "[--params 200M] [--subgroup 8M] [--cache BYTES|25%] [--path DIR[:READ[:WRITE]]]... "
     "[--preset zero_infinity|mlp_offload|strata|all] [--rule adamw[,adamw-bf16,sgd,lion]] [--iters 3] [--run 1] [--warmup 1]\n"
-    "[--compare] [--compare-equal] [--compute SECONDS] [--ablate-overlap]\n"
+    "[--compare] [--compare-equal] [--compute SECONDS] [--ablate-overlap] [--ablate-speculation]\n"
     "[--mlp-lock separate|shared|none[,...]] "
     "[--grad bf16|fp16|fp32] [--threads N] [--probe 512MiB] [--max-grad-norm X] [--loss-scaling] [--no-integrity]\n"
     "[--json FILE] "
@@ -680,6 +684,9 @@ constexpr const char* usage_text =
     "                  gradients land, no writes after the step returns: offload_options::prefetch_next_step,\n"
     "                  update_as_gradients_land and return_before_writes off;\n"
     "                  the other presets never overlap, as their systems)\n"
+    "  --ablate-speculation  also run strata-no-speculation: strata with offload_options::speculate_updates off\n"
+    "                  (with --max-grad-norm or --loss-scaling, landed subgroups are then only read during\n"
+    "                  backward and updated by step())\n"
     "  --mlp-lock L    mlp_offload's node-wide lock on its PFS path: separate (MLP-Offload's read and write\n"
     "                  locks, the default), shared (one lock for both) or none; a comma list runs one\n"
     "                  mlp_offload per mode in the same run (e.g. separate,none: the lock's ablation)\n"
@@ -728,6 +735,7 @@ offload_options preset_options(const variant& v, std::size_t params, offload_opt
   base.prefetch_next_step = v.overlap;  // (the emulating presets turn it off)
   base.update_as_gradients_land = v.overlap;
   base.return_before_writes = v.overlap;
+  base.speculate_updates = v.speculate;
   if (v.preset == "zero_infinity") return presets::zero_infinity::options(params, f, base);
   if (v.preset == "mlp_offload") return presets::mlp_offload::options(params, f, base);
   return presets::strata_preset::options(params, f, base);
@@ -799,6 +807,7 @@ int run_typed(args& a) {
   const bool compare_equal = a.flag("compare-equal");
   const double compute_s = a.real("compute", 0);
   const bool ablate_overlap = a.flag("ablate-overlap") || compute_s > 0;
+  const bool ablate_speculation = a.flag("ablate-speculation");
   const auto mlp_lock_arg = a.get_or("mlp-lock", "separate");
   const auto threads = a.count("threads", default_thread_count());
   const auto probe_bytes = a.size("probe", parse_size("512MiB"));
@@ -934,6 +943,8 @@ int run_typed(args& a) {
         variants.push_back({named(name), name, "separate", false, rule});
         if (name == "strata" && ablate_overlap)
           variants.push_back({named("strata-no-overlap"), name, "separate", false, rule, false});
+        if (name == "strata" && ablate_speculation)
+          variants.push_back({named("strata-no-speculation"), name, "separate", false, rule, true, false});
         if (name == "zero_infinity" && compare_equal)
           variants.push_back({named("zero_infinity-raid0"), name, "separate", true, rule});
       }
@@ -1075,6 +1086,7 @@ int run_typed(args& a) {
       c.offload.prefetch_next_step = v.overlap;
       c.offload.update_as_gradients_land = v.overlap;
       c.offload.return_before_writes = v.overlap;
+      c.offload.speculate_updates = v.speculate;
       c.offload.max_grad_norm = max_grad_norm;
       c.offload.loss_scaling.enabled = loss_scaling;
       c.verify_integrity = integrity;
@@ -1138,7 +1150,7 @@ int run_typed(args& a) {
         runners[i].iters.push_back(std::move(it));
       }
     };
-    if (compare || rules.size() > 1 || ablate_overlap) {  // interleaved: ratios of the same conditions
+    if (compare || rules.size() > 1 || ablate_overlap || ablate_speculation) {  // interleaved: ratios of the same conditions
       for (std::uint64_t k = 0; k < warmup; ++k)
         for (std::size_t i = 0; i < runners.size(); ++i) one(i, k, false);
       // A runner whose step overlaps the next iteration (reads started as it returns) runs an
@@ -1201,7 +1213,7 @@ int run_typed(args& a) {
   if (equal_ratios) speedup_equal = ratios_over(*equal, whole);
   const auto show = [](const ratio& x) { return fmt::format("{:.2f}x ({:.2f}-{:.2f})", x.med, x.lo, x.hi); };
 
-  const bool interleaved = compare || rules.size() > 1 || ablate_overlap;
+  const bool interleaved = compare || rules.size() > 1 || ablate_overlap || ablate_speculation;
   fmt::print("\n{} measured iterations per preset{}{}, after {} warm-up; medians (min-max); GB = 1e9 bytes\n", iters,
              run_length > 1 ? fmt::format(" in runs of {} back to back", run_length) : std::string(),
              interleaved ? ", presets interleaved" : "", warmup);
@@ -1222,7 +1234,8 @@ int run_typed(args& a) {
     for (std::size_t i = 0; i < runners.size(); ++i) {
       const auto twin = std::find_if(runners.begin(), runners.end(), [&](const runner& r) {
         return r.v.rule == "adamw" && r.v.preset == runners[i].v.preset && r.v.lock == runners[i].v.lock &&
-               r.v.equal == runners[i].v.equal && r.v.overlap == runners[i].v.overlap;
+               r.v.equal == runners[i].v.equal && r.v.overlap == runners[i].v.overlap &&
+               r.v.speculate == runners[i].v.speculate;
       });
       if (twin != runners.end()) speedup_rule[i] = ratios_over(*twin, whole)[i];
     }
@@ -1349,7 +1362,8 @@ int run_typed(args& a) {
       const auto& s = sums[i];
       json_object o;
       o.add("preset", r.preset).add("setup_s", r.setup_s).add("rule", r.v.rule);
-      o.add("prefetch_next_step", r.opt->offload().prefetch_next_step).add("overlap", r.v.overlap);
+      o.add("prefetch_next_step", r.opt->offload().prefetch_next_step).add("overlap", r.v.overlap)
+          .add("speculate_updates", r.opt->offload().speculate_updates);
       std::vector<std::string> used;
       for (const auto k : r.paths) used.push_back(fmt::format("\"{}\"", paths[k].name));
       o.add_array("paths", used);
@@ -1373,6 +1387,7 @@ int run_typed(args& a) {
         x.add("compute_s", it.compute_s).add("kernel_s", it.kernel_s).add("write_wait_s", it.write_wait_s);
         x.add("other_s", it.other_s);
         x.add("cache_hits", it.cache_hits).add("cache_misses", it.cache_misses);
+        x.add("early_updates", it.early_updates).add("speculative_updates", it.speculative_updates);
         x.add("grad_bytes_written", it.grad_written);
         x.add("bound_s", it.bound_s).add("serial_bound_s", it.serial_bound_s).add("io_bound_s", it.io_bound_s);
         x.add_array("path_bytes_read", numbers(it.path_read)).add_array("path_bytes_written", numbers(it.path_written));

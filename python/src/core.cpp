@@ -242,6 +242,7 @@ strata::offloaded_adamw_config config_of(nb::dict options) {
   o.prefetch_next_step = take<bool>(d, "prefetch_next_step", o.prefetch_next_step);
   o.return_before_writes = take<bool>(d, "return_before_writes", o.return_before_writes);
   o.update_as_gradients_land = take<bool>(d, "update_as_gradients_land", o.update_as_gradients_land);
+  o.speculate_updates = take<bool>(d, "speculate_updates", o.speculate_updates);
   o.threads = take<std::size_t>(d, "threads", o.threads);
   const std::string residency = take<std::string>(d, "gradients", "host");
   if (residency != "host" && residency != "tier" && residency != "automatic" && residency != "caller")
@@ -329,6 +330,7 @@ nb::dict step_stats_of(const strata::offload_step_stats& s) {
   d["writes_left"] = s.writes_left;
   d["writes_left_bytes"] = s.writes_left_bytes;
   d["early_updates"] = s.early_updates;
+  d["speculative_updates"] = s.speculative_updates;
   d["early_bytes_read"] = s.early_bytes_read;
   d["bytes_read"] = s.bytes_read;
   d["bytes_written"] = s.bytes_written;
@@ -733,7 +735,8 @@ NB_MODULE(_core, m) {
       .def("begin_step", &begin_step, "rates"_a, "model"_a = nb::none(),
            "Declares the next step before backward (its rates, and the host array that will receive its weights, "
            "kept alive until step()): each subgroup whose gradients are all handed over (accept_gradients) is then "
-           "updated while the others are still coming (update_as_gradients_land); step() with the same rates and "
+           "updated while the others are still coming (update_as_gradients_land; with clipping or loss scaling, on a copy "
+           "that step() adopts when it neither clips nor skips: speculate_updates); step() with the same rates and "
            "model finishes it, bit-identical to a step without the declaration.")
       .def("step", &step, "rates"_a, "grads"_a = nb::none(), "model"_a = nb::none(),
            "One step: `rates` is a learning rate or a list of (first, count, lr, weight_decay); `grads` all "

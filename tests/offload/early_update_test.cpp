@@ -1,7 +1,8 @@
 // Updates as gradients land: after begin_step, each subgroup whose gradients are all in is read
 // and updated while the caller goes on handing gradients over, and the step trains bit-identically
 // to step() after backward: every gradient and model type, caches, landing orders, per-range
-// rates, clipping and loss scaling (read as they land, updated by step()), skipped steps, tier
+// rates, clipping and loss scaling (updated speculatively on copies as they land, adopted by
+// step() when it neither clips nor skips), skipped steps, tier
 // faults during backward, calls that end the early updates part-way, destruction mid-backward;
 // the update order follows the landing order and the cache still saves its reads.
 #include <doctest/doctest.h>
@@ -109,17 +110,20 @@ std::vector<std::pair<std::size_t, std::size_t>> landing_pieces(std::size_t n, s
 }  // namespace
 
 TEST_CASE_TEMPLATE("updates as gradients land train bit-identically to the step after backward: caches, landing "
-                   "orders, per-range rates, model copies, clipping, loss scaling and skipped steps",
+                   "orders, per-range rates, model copies, clipping, loss scaling, skipped steps and speculative "
+                   "updates adopted or dropped",
                    G, float, strata::bf16, strata::fp16) {
   const std::size_t n = 5000, sg = 400;  // 13 subgroups
   const auto init = random_params(n, 71);
-  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+  std::size_t speculative_total = 0, speculable_steps = 0;
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
     CAPTURE(seed);
     std::mt19937_64 rng(seed * 977);
     const std::size_t cache = std::uniform_int_distribution<std::size_t>(0, 13)(rng);
     const bool model_out = (seed & 1) != 0;
     const bool ranges = (seed & 2) != 0;
-    const int tracking = static_cast<int>(seed % 3);  // none, clipping, loss scaling
+    // none, clipping that triggers, loss scaling (one step skipped), clipping that never triggers
+    const int tracking = static_cast<int>((seed - 1) / 3);
     CAPTURE(cache);
     CAPTURE(model_out);
     CAPTURE(ranges);
@@ -130,6 +134,7 @@ TEST_CASE_TEMPLATE("updates as gradients land train bit-identically to the step 
     auto oa = options_of(sg, cache, true), ob = options_of(sg, cache, false);
     for (auto* o : {&oa, &ob}) {
       if (tracking == 1) o->max_grad_norm = 0.05;
+      if (tracking == 3) o->max_grad_norm = 1e30;
       if (tracking == 2) {
         o->loss_scaling.enabled = true;
         o->loss_scaling.init_scale = 512;
@@ -162,6 +167,16 @@ TEST_CASE_TEMPLATE("updates as gradients land train bit-identically to the step 
       CHECK(sa.subgroups == sb.subgroups);
       CHECK(sa.early_updates <= sa.subgroups);
       if (tracking != 0) CHECK(sa.early_updates == 0);  // (the update needs the norm of every gradient)
+      // Speculative updates (made on copies during backward) are adopted only when the step
+      // neither clips nor skips; then they are the step's, bit for bit (checked below).
+      CHECK(sa.speculative_updates <= sa.subgroups);
+      if (tracking == 0 || tracking == 1 || sa.skipped) CHECK(sa.speculative_updates == 0);
+      if (tracking == 2 && t == 3) CHECK(sa.speculative_updates == 0);  // (none after a skipped step)
+      if (tracking >= 2 && !sa.skipped) {
+        ++speculable_steps;
+        speculative_total += sa.speculative_updates;
+      }
+      CHECK(sb.speculative_updates == 0);
       // Every subgroup landed before step(): the early pass updated each (after the reads that
       // the last step left running between the steps ended).
       if (tracking == 0) CHECK(sa.early_updates == sa.subgroups);
@@ -175,6 +190,9 @@ TEST_CASE_TEMPLATE("updates as gradients land train bit-identically to the step 
     REQUIRE(same_state(a, b, n));
     if (tracking == 0) CHECK(early == 5 * 13);
   }
+  // (how many depends on the free slots: a speculative result holds one until step())
+  CHECK(speculable_steps == 5 * 3 + 4 * 3);
+  CHECK(speculative_total > 0);
 }
 
 TEST_CASE("an early update commits before step() is called: the model copy of a landed subgroup changes while "

@@ -31,6 +31,12 @@ struct counting_kernel {
   void host(std::size_t, std::span<std::byte>) { ++*calls; }
   void committed(std::size_t) {}
 };
+// One that can also take over a speculative update (adopting_kernel).
+struct adopting_counting_kernel : counting_kernel {
+  int* adoptions;
+  void adopted(std::size_t, std::span<std::byte>) { ++*adoptions; }
+};
+static_assert(strata::adopting_kernel<adopting_counting_kernel> && !strata::adopting_kernel<counting_kernel>);
 
 // What every pair promises, checked on each at compile time.
 template <class Ref, class Any>
@@ -97,6 +103,12 @@ TEST_CASE("each owning erasure refuses use once moved from, and its ref reaches 
   kernel.host(1, slot);
   CHECK(calls == 2);
   CHECK_FALSE(kernel.has_device());
+  CHECK_FALSE(kernel.can_adopt());
+  int adoptions = 0;
+  strata::any_kernel<exec> adopting(adopting_counting_kernel{{&calls}, &adoptions});
+  REQUIRE(adopting.can_adopt());
+  adopting.ref().adopted(0, slot);
+  CHECK(adoptions == 1);
   auto kernel2 = std::move(kernel);
   CHECK_THROWS_AS(kernel.host(0, slot), strata::config_error);  // NOLINT(bugprone-use-after-move)
   CHECK(kernel2.target<counting_kernel>() != nullptr);

@@ -1,13 +1,15 @@
 // The process the kill tests SIGKILL: trains the kill_common model on a file tier, saving a
 // checkpoint first and then (mode "save") after every step or (mode "step") every third step;
 // mode "early" is "step" with the gradients handed over subgroup by subgroup in reverse after
-// begin_step, so that a kill also lands while subgroups are updated as their gradients land.
+// begin_step, so that a kill also lands while subgroups are updated as their gradients land;
+// mode "speculate" is "early" with clipping on at a norm never reached, so that those updates
+// are speculative (made on copies, adopted by step()).
 // Prints "ready" once the first checkpoint is durable, then runs until killed or `max_steps`.
 // Mode "auto" is a training job as users run one: the default stack of make_offloaded_adamw (two
 // checksummed file paths) on workdir/nvme and workdir/pfs, resumed from workdir/ckpt when a
 // checkpoint is there (else started fresh on whatever a killed run left), a save after every
 // step, "done <steps>" at the end. Nothing is cleaned up by hand between runs.
-//   strata_offload_kill_helper <step|save|early|auto> <workdir> <max_steps>
+//   strata_offload_kill_helper <step|save|early|speculate|auto> <workdir> <max_steps>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -76,6 +78,8 @@ int main(int argc, char** argv) {
     off.subgroup_elems = strata_kill::subgroup;
     off.host_cache_bytes = 3 * strata::host_budget::footprint(strata_kill::subgroup * 12);
     off.threads = 1;
+    const bool early = mode == "early" || mode == "speculate";
+    if (mode == "speculate") off.max_grad_norm = 1e30;  // (a coefficient of exactly 1: the same training)
     const auto init = strata_kill::initial();
     strata::offloaded_adamw<strata::file_tier, strata::sweep_aware, strata::alternating> opt(tier, init,
                                                                                             strata_kill::options(), off);
@@ -84,7 +88,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     for (std::uint64_t t = 0; t < max_steps; ++t) {
       const auto g = strata_kill::grads(t);
-      if (mode == "early") {
+      if (early) {
         opt.begin_step(strata_kill::lr(t));
         for (std::size_t s = opt.subgroup_count(); s-- > 0;)
           opt.accept_gradients(s, std::span<const strata::bf16>(g).subspan(opt.begin(s), opt.length(s)));

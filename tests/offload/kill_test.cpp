@@ -123,10 +123,10 @@ std::string read_text(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE("SIGKILL during step(), save() or updates as gradients land leaves a checkpoint that resumes "
-          "bit-identically") {
+TEST_CASE("SIGKILL during step(), save(), updates as gradients land or speculative ones leaves a checkpoint that "
+          "resumes bit-identically") {
   std::mt19937_64 rng(0x5eed);
-  for (const std::string mode : {"step", "save", "early"}) {
+  for (const std::string mode : {"step", "save", "early", "speculate"}) {
     std::uint64_t furthest = 0;
     for (int round = 0; round < 6; ++round) {
       CAPTURE(mode);

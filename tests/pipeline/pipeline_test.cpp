@@ -5,7 +5,9 @@
 // started between passes (prefetch) run while the caller goes on and serve the next pass.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -949,6 +951,102 @@ TEST_CASE("a pipeline destroyed with writes a pass left in flight waits for them
     CHECK(pipe.run(order, order, order, 0, k).writes_left >= 1);
   }  // (ASan and TSan see a write that reads a freed slot or posts to a dead pipeline)
   CHECK(budget.used() == 0);
+}
+
+
+namespace {
+// Adds 1 to every float of a subgroup; counts its calls; its adopted() counts (and, for
+// `fail_adopt`, throws) instead of adding: the speculative copy holds the update already.
+struct adopting_add_one {
+  std::atomic<int> hosts{0}, adoptions{0};
+  std::size_t fail_adopt = static_cast<std::size_t>(-1);
+  void host(std::size_t, std::span<std::byte> slot) {
+    auto* f = reinterpret_cast<float*>(slot.data());
+    for (std::size_t i = 0; i < slot.size() / sizeof(float); ++i) f[i] += 1.0f;
+    ++hosts;
+  }
+  void adopted(std::size_t s, std::span<std::byte>) {
+    if (s == fail_adopt) throw strata::io_error("adopted", "sg-1", EIO);
+    ++adoptions;
+  }
+  void committed(std::size_t) {}
+};
+static_assert(strata::adopting_kernel<adopting_add_one>);
+static_assert(!strata::adopting_kernel<add_one_kernel<strata::host_executor<>>>);
+}  // namespace
+
+TEST_CASE("speculative updates of an open pass change nothing until the next run() adopts them: adopted, each "
+          "subgroup is updated once; dropped (another call first, or not adopted), the run updates them itself; a "
+          "failed adoption leaves the old state") {
+  const std::size_t subgroups = 6, n = 256;
+  strata::host_tier t({.name = "t", .read_bandwidth = 0, .write_bandwidth = 0});
+  strata::host_executor<> exec;
+  strata::host_budget budget(strata::unlimited_capacity);
+  auto po = writes_after_options();
+  po.cache_slots = subgroups;  // every subgroup stays in a slot: 4 more slots free
+  strata::subgroup_pipeline<strata::host_executor<>> pipe(t, exec, budget, float_objects(subgroups, n), po,
+                                                          strata::lru{});
+  pipe.initialize([](std::size_t, std::span<std::byte> b) { std::memset(b.data(), 0, b.size()); });
+  const auto order = strata::order_of(strata::sequential{}, 0, subgroups);
+  adopting_add_one warm;
+  pipe.run(order, order, order, 0, warm);  // all cached, at 1
+  const auto values = [&] {
+    std::vector<float> v;
+    pipe.visit([&](std::size_t, std::span<const std::byte> b) {
+      const auto* f = reinterpret_cast<const float*>(b.data());
+      CHECK(std::all_of(f, f + n, [&](float x) { return x == f[0]; }));
+      v.push_back(f[0]);
+    });
+    return v;
+  };
+  adopting_add_one spec;
+  auto pass = std::async(std::launch::async, [&] { return pipe.run_speculative(order, order, 1, spec); });
+  for (const std::size_t s : order) pipe.offer(s);
+  // Two run at once on the worker, and one slot stays free: three copies, then no slot.
+  REQUIRE(eventually([&] { return spec.hosts.load() == 3; }));
+  pipe.close_offers();
+  const auto st = pass.get();
+  CHECK(st.speculated == 3);
+  CHECK(st.updated == 0);
+  CHECK(st.bytes_written == 0);
+  adopting_add_one k;
+  SUBCASE("adopted: the first three are the copies, the rest updated; each once") {
+    pipe.adopt_speculation(true);
+    const auto r = pipe.run(order, order, order, 1, k);
+    CHECK(r.adopted == 3);
+    CHECK(r.updated == subgroups);
+    CHECK(k.adoptions.load() == 3);
+    CHECK(k.hosts.load() == 3);
+    CHECK(values() == std::vector<float>(subgroups, 2.0f));
+  }
+  SUBCASE("not adopted: dropped, the run updates every subgroup") {
+    pipe.adopt_speculation(false);
+    const auto r = pipe.run(order, order, order, 1, k);
+    CHECK(r.adopted == 0);
+    CHECK(k.hosts.load() == static_cast<int>(subgroups));
+    CHECK(values() == std::vector<float>(subgroups, 2.0f));
+  }
+  SUBCASE("another call first: it sees the old state and drops the copies") {
+    pipe.adopt_speculation(true);
+    CHECK(values() == std::vector<float>(subgroups, 1.0f));
+    const auto r = pipe.run(order, order, order, 1, k);
+    CHECK(r.adopted == 0);
+    CHECK(k.hosts.load() == static_cast<int>(subgroups));
+    CHECK(values() == std::vector<float>(subgroups, 2.0f));
+  }
+  SUBCASE("a failed adoption: that subgroup stays at the old state, the retry updates it") {
+    k.fail_adopt = 1;
+    pipe.adopt_speculation(true);
+    CHECK_THROWS_AS(pipe.run(order, order, order, 1, k), strata::io_error);
+    auto v = values();
+    CHECK(v[1] == 1.0f);
+    CHECK(std::count(v.begin(), v.end(), 2.0f) + std::count(v.begin(), v.end(), 1.0f) == static_cast<long>(subgroups));
+    std::vector<std::size_t> rest;
+    for (std::size_t s = 0; s < subgroups; ++s)
+      if (v[s] == 1.0f) rest.push_back(s);
+    pipe.run(order, order, rest, 1, k);
+    CHECK(values() == std::vector<float>(subgroups, 2.0f));
+  }
 }
 
 }  // namespace pipeline_test

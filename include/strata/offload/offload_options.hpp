@@ -85,9 +85,19 @@ struct offload_options {
   /// After begin_step (the rates of a step declared before backward), each subgroup whose
   /// gradients are all handed over is read and updated at once, while backward goes on, in the
   /// order they land; with clipping or loss scaling on (the update needs the norm of every
-  /// gradient) it is only read then, and updated by step(). The update order follows the landing
-  /// order of the last such step. Off: begin_step only declares.
+  /// gradient) see speculate_updates. The update order follows the landing order of the last
+  /// such step. Off: begin_step only declares.
   bool update_as_gradients_land = true;
+  /// With update_as_gradients_land and clipping or loss scaling on: each landed subgroup is read
+  /// and then updated on a copy of its state in a free host slot, as if the step neither clipped
+  /// nor was skipped (one slot kept free for the reads of later subgroups; the copies hold their
+  /// slots until step()). step() adopts the copies when it finds exactly that (a clip coefficient
+  /// of 1, no inf/NaN: the same bits as updating then), else drops them and updates those
+  /// subgroups itself: the subgroups' own state is never changed, written or shown in the model
+  /// copy before step() decides. Not after a step that clipped or was skipped (the next one
+  /// likely does too: its copies would only take slots from the reads). Off: a landed subgroup
+  /// is only read, and updated by step().
+  bool speculate_updates = true;
   /// CPU threads of the update kernel (the calling thread included).
   std::size_t threads = default_thread_count();
   /// Where gradients given to accept_gradients (and, with `tier`, to step) wait for the update.

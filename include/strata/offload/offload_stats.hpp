@@ -53,6 +53,10 @@ struct offload_step_stats {
   /// update_as_gradients_land), before step() was called; in `subgroups` too, and their bytes in
   /// bytes_read and bytes_written (moved before the call began).
   std::size_t early_updates = 0;
+  /// Subgroups of this step whose update was made while backward handed gradients over, on a copy
+  /// of their state (speculatively: clipping or loss scaling on), and that step() adopted as its
+  /// own (it found no clipping and no inf/NaN); in `subgroups` too, not in early_updates.
+  std::size_t speculative_updates = 0;
   /// Bytes of this step read before step() was called, as gradients landed (in bytes_read too).
   std::uint64_t early_bytes_read = 0;
   std::uint64_t bytes_read = 0;    ///< state (and fp32 gradients, when they live on the tier) read

@@ -180,6 +180,25 @@ class subgroup_kernel {
     if (!on_host_.empty()) on_host_[s] = 1;  // read by committed(), which the pipeline calls after this returns
   }
 
+  /// Takes over, as this step's update of subgroup s, the update a kernel of the same constants
+  /// made of a copy of its state with no model copy (a speculative one, in `slot` now): writes
+  /// the model copy as host() would have (the updated weights rounded to H, where the step has
+  /// gradients), on the calling thread and up to pool->size() - 1 of the pool's workers.
+  void adopted(std::size_t s, std::span<std::byte> slot) {
+    STRATA_ASSERT(!adopt_);  // (the master would have followed the model first)
+    const std::size_t base = layout_.begin(s);
+    const state_view view = state_view::of(slot.data(), layout_.format, layout_.length(s));
+    pieces_.for_each(s, slot, [&](std::size_t lo, std::size_t hi, std::span<const G> grads, std::span<H> own) {
+      const std::span<H> model = weights(s, lo, hi, own);
+      if (grads.empty() || model.empty()) return;
+      const float* master = view.master + (lo - base);
+      detail::parallel_tiles(model.size(), std::size_t{1} << 16, pool_, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) model[i] = H(master[i]);
+      });
+    });
+    if (!on_host_.empty()) on_host_[s] = 1;
+  }
+
   void committed(std::size_t s) {
     if (!on_host_.empty() && on_host_[s] != 0) {
       const auto staged = model_of(s);

@@ -16,7 +16,14 @@
 ///   void device_out(std::size_t s, std::span<std::byte> device, stream&);
 ///
 /// (device_in/out enqueue the kernel's own copies, e.g. gradients in and a 16-bit model copy
-/// out; the pipeline copies the state.) The pipeline holds its kernel as a `kernel_ref`: a
+/// out; the pipeline copies the state.) A kernel that can take over a speculative update
+/// (subgroup_pipeline::run_speculative; `adopting_kernel`) also has
+///
+///   void adopted(std::size_t s, std::span<std::byte> slot);   on the CPU worker: `slot` holds
+///                                                              the update another kernel of
+///                                                              the same constants made; do what
+///                                                              host() does besides the state
+///                                                              (e.g. write the model copy) The pipeline holds its kernel as a `kernel_ref`: a
 /// reference to the caller's object and one table of functions per kernel type, so that its
 /// machinery is compiled once per executor rather than once per kernel (a call per subgroup
 /// costs nothing). `any_kernel` owns one (core/erased.hpp: the erasure pair every concept has).
@@ -49,6 +56,12 @@ concept device_kernel =
       k.device_out(s, dev, e.d2h());
     };
 
+/// A host kernel that can take over a speculative update of a subgroup (see the file comment).
+template <class K>
+concept adopting_kernel = host_kernel<K> && requires(K& k, std::size_t s, std::span<std::byte> slot) {
+  k.adopted(s, slot);
+};
+
 namespace detail {
 
 /// The table of a kernel for executor Exec (core/erased.hpp); the device entries are null for a
@@ -60,6 +73,7 @@ struct kernel_table {
   erased_ops ops_;
   void (*host)(void*, std::size_t, std::span<std::byte>);
   void (*committed)(void*, std::size_t);
+  void (*adopted)(void*, std::size_t, std::span<std::byte>);
   void (*device_in)(void*, std::size_t, std::span<std::byte>, std::span<std::byte>, stream_t&);
   void (*device_update)(void*, std::size_t, std::span<std::byte>, Exec&);
   void (*device_out)(void*, std::size_t, std::span<std::byte>, stream_t&);
@@ -69,7 +83,10 @@ struct kernel_table {
   static constexpr kernel_table of() {
     kernel_table t{erased_ops_of<K>,
                    [](void* p, std::size_t s, std::span<std::byte> slot) { static_cast<K*>(p)->host(s, slot); },
-                   [](void* p, std::size_t s) { static_cast<K*>(p)->committed(s); }, nullptr, nullptr, nullptr};
+                   [](void* p, std::size_t s) { static_cast<K*>(p)->committed(s); }, nullptr, nullptr, nullptr,
+                   nullptr};
+    if constexpr (adopting_kernel<K>)
+      t.adopted = [](void* p, std::size_t s, std::span<std::byte> slot) { static_cast<K*>(p)->adopted(s, slot); };
     if constexpr (device_kernel<K, Exec>) {
       t.device_in = [](void* p, std::size_t s, std::span<std::byte> slot, std::span<std::byte> dev, stream_t& st) {
         static_cast<K*>(p)->device_in(s, slot, dev, st);
@@ -95,6 +112,9 @@ class kernel_calls {
  public:
   void host(std::size_t s, std::span<std::byte> slot) const { t().host(self(), s, slot); }
   void committed(std::size_t s) const { t().committed(self(), s); }
+  /// Whether the kernel can take over a speculative update (adopting_kernel<K>).
+  [[nodiscard]] bool can_adopt() const noexcept { return t().adopted != nullptr; }
+  void adopted(std::size_t s, std::span<std::byte> slot) const { t().adopted(self(), s, slot); }
   /// Whether the kernel can update on the device (device_kernel<K, Exec>).
   [[nodiscard]] bool has_device() const noexcept { return t().device_update != nullptr; }
   void device_in(std::size_t s, std::span<std::byte> slot, std::span<std::byte> dev, stream_t& h2d) const {

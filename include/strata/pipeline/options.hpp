@@ -98,6 +98,10 @@ struct pass_stats {
   /// bytes_written too; they land after the pass).
   std::size_t writes_left = 0;
   std::uint64_t writes_left_bytes = 0;
+  /// Speculative updates made (an open pass of run_speculative), and those adopted as updates
+  /// (a run() after adopt_speculation(true); in `updated` too).
+  std::size_t speculated = 0;
+  std::size_t adopted = 0;
 };
 
 }  // namespace strata

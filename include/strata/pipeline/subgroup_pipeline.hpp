@@ -194,6 +194,25 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     return run_with(order, next, {}, step, kernel_type(kernel),
                     update ? core::pass_kind::open_update : core::pass_kind::open_read);
   }
+  /// An open pass that reads the offered subgroups as run_open(..., false) does and, as each is
+  /// resident, updates a copy of its state in a free host slot (speculation: one slot kept free
+  /// for the reads of later offers; the offered reads come first, the reads ahead of offers
+  /// after). The subgroups' own state stays as it was, clean: nothing is written, committed or
+  /// counted. The next call takes the copies over as their updates if adopt_speculation(true)
+  /// came before it and it is a run() whose kernel makes the same update (the caller's promise:
+  /// same constants, same gradients) and can adopt them (adopting_kernel); any other call drops
+  /// them. A failed speculative update is dropped (the subgroup is then updated as usual).
+  template <host_kernel Kernel>
+  pass_stats run_speculative(std::span<const std::size_t> order, std::span<const std::size_t> next,
+                             std::uint64_t step, Kernel& kernel) {
+    return run_with(order, next, {}, step, kernel_type(kernel), core::pass_kind::open_speculate);
+  }
+  /// Between calls: with `adopt`, the next run() takes the speculative results over (those of
+  /// the subgroups it updates on the host; the others are dropped); without, they are dropped now.
+  void adopt_speculation(bool adopt) noexcept {
+    this->adopt_next_ = adopt;
+    if (!adopt) this->drop_speculation();
+  }
   /// Names the next subgroup of the open pass. Thread-safe (the one call that is): from the
   /// thread that produces the work while run_open() drives the pass on another.
   void offer(std::size_t s) noexcept { this->post(core::msg_kind::offer, s, nullptr); }
@@ -274,6 +293,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   template <class F>
   decltype(auto) with_free_slot(F&& fn) {
     STRATA_ASSERT(this->in_flight() == this->reads_ + this->writes_);  // between passes (prefetch keeps a slot free)
+    this->drop_speculation();
     auto& pool = this->pool_;
     const auto slot = pool.take_host();
     STRATA_EXPECTS(slot.has_value(), capacity_error,
@@ -297,6 +317,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   /// every free slot but one.
   std::size_t prefetch(std::span<const std::size_t> order, std::size_t depth = 0) {
     STRATA_ASSERT(this->in_flight() == this->reads_ + this->writes_);
+    this->drop_speculation();
     auto& pool = this->pool_;
     const std::size_t n = this->objects_.size();
     const std::size_t paths = this->paths_.size();
@@ -427,7 +448,10 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
                       std::span<const std::size_t> reads_next = {}) {
     const auto t0 = core::clock::now();
     trace_span pass_span(this->tracer_, this->span_name("pass"));
-    this->begin_call();
+    const bool adopt = std::exchange(this->adopt_next_, false) && kind == core::pass_kind::closed;
+    this->begin_call(adopt);
+    this->adopting_pass_ = adopt;
+    this->spec_pos_ = 0;
     const std::size_t n = this->objects_.size();
     auto& position = this->position_;
     position.assign(n, npos);
@@ -493,9 +517,9 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     this->offers_closed_ = false;
     this->open_updates_ = kind != core::pass_kind::open_read;
     const leave_kind left = this->opts_.return_before_writes ? leave_kind::writes : leave_kind::nothing;
-    if (kind == core::pass_kind::open_read)
-      this->run_loop([&] { read_offered(); }, [&] { return this->offers_closed_; }, &kernel,
-                     leave_kind::reads_and_writes);
+    if (kind == core::pass_kind::open_read || kind == core::pass_kind::open_speculate)
+      this->run_loop([&] { read_offered(kind == core::pass_kind::open_speculate ? &kernel : nullptr); },
+                     [&] { return this->offers_closed_; }, &kernel, leave_kind::reads_and_writes);
     else
       this->run_loop([&] { schedule(kernel); },
                      [&] { return this->pos_ >= this->todo_.size() && (!this->open_ || this->offers_closed_); },
@@ -516,6 +540,8 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
     if (kind == core::pass_kind::closed || (kind == core::pass_kind::open_update && this->err_))
       for (std::size_t s = 0; s < n; ++s)
         if (clean_read_ahead(s) && !this->recs_[s].for_next) this->drop(s);
+    if (kind != core::pass_kind::open_speculate) this->drop_speculation();  // (not adopted: no longer needed)
+    this->adopting_pass_ = false;
     st.total_s = core::seconds_since(t0);
     this->end_call();
     return st;
@@ -583,8 +609,9 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
 
   // An open pass that only reads: the offered subgroups, in the order offered, into free host
   // slots (one kept free), marked as prefetch() marks its reads (a failed one changes nothing:
-  // the pass that updates the subgroup reads it again).
-  void read_offered() {
+  // the pass that updates the subgroup reads it again); with `speculate`, then the speculative
+  // updates of those that are resident; then the reads ahead of offers.
+  void read_offered(const kernel_type* speculate) {
     this->issue_writes();
     auto& todo = this->todo_;
     while (!this->err_ && this->pos_ < todo.size()) {
@@ -597,7 +624,27 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
       }
       ++this->pos_;
     }
+    if (speculate != nullptr) speculate_offered(*speculate);
     read_planned();
+  }
+
+  // The speculative updates of the offered subgroups whose state is in a slot, in offer order,
+  // while the CPU worker has room and more than one host slot is free. Not after the offers end:
+  // the pass then only drains (the step waits for it).
+  void speculate_offered(const kernel_type& kernel) {
+    auto& todo = this->todo_;
+    while (!this->err_ && !this->offers_closed_ && this->spec_pos_ < this->pos_) {
+      const std::size_t s = todo[this->spec_pos_];
+      const auto& r = this->recs_[s];
+      if (r.state.phase == subgroup_phase::reading) return;
+      // (not while a write the last step left is in flight: its slot may go back when it lands)
+      if (r.state.phase == subgroup_phase::writing) return;
+      if (r.state.phase == subgroup_phase::resident && r.spec == npos) {
+        if (this->host_updates_ >= core::max_host_updates || this->pool_.free_host() <= 1) return;
+        this->start_speculative_update(s, kernel);
+      }
+      ++this->spec_pos_;
+    }
   }
 
   // Starts the next updates of the pass, in its order, while their state is resident and their
@@ -610,10 +657,15 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
       if (r.state.phase != subgroup_phase::resident || r.aux_reading) return;
       if (this->has_aux(s) && !r.aux_ready) return;  // issue_reads asks for it
       const site_kind where = this->site_.site(this->position_[s], s, this->step_);
+      if (r.spec != npos && !(this->adopting_pass_ && where == site_kind::host && kernel.can_adopt()))
+        this->pool_.give_host(std::exchange(this->recs_[s].spec, npos));  // (not adopted: updated as usual)
       if (where == site_kind::host) {
         if (this->host_updates_ >= core::max_host_updates) return;
         begin_update(s);
-        this->start_host_update(s, kernel);
+        if (r.spec != npos)
+          this->start_adopted_update(s, kernel);
+        else
+          this->start_host_update(s, kernel);
       } else {
         STRATA_EXPECTS(kernel.has_device() && this->site_.uses_device(), config_error,
                        "subgroup_pipeline: the site policy chose the device for subgroup {}, but says it never uses "

@@ -551,6 +551,8 @@ class offload_core {
     pass_stats stats;
     std::exception_ptr error;
     bool update = false;  // updates (else only reads) the subgroups offered
+    bool speculate = false;  // ... or updates copies of their state, which step() may adopt
+    float inv_scale = 1;     // the loss scale's inverse the speculative updates used
     bool ahead = false;   // the pass in progress reads the next step's first subgroups (between steps)
     std::exception_ptr ahead_error;  // of a write the last step left, raised by the next call
     // One thread for the optimizer's life, not one per pass: a request stays tied to the thread
@@ -991,7 +993,12 @@ class offload_core {
     if (!s_->early) s_->early = std::make_unique<early_pass>(s_->pipeline, layout_);
     early_pass& e = *s_->early;
     e.version = version_;
-    e.update = !tracks_norm();  // else only reads: the update needs every gradient's norm
+    // With clipping or loss scaling the update needs every gradient's norm (or inf check): the
+    // pass then updates copies, as if neither clipped nor skipped, and step() adopts them when
+    // that is what it decides (else they are dropped: the slots kept the state as it was).
+    e.update = !tracks_norm();
+    e.speculate = !e.update && offload_.speculate_updates && last_unclipped_;
+    e.inv_scale = scaler_.inv_scale();
     e.stats = {};
     e.error = nullptr;
     std::vector<std::size_t> order = planned_order();
@@ -1003,9 +1010,10 @@ class offload_core {
     e.pass = e.driver.submit([p, &e, order = std::move(order), k = std::move(k), model, step = step_count_]() mutable {
       try {
         subgroup_kernel<Rule, Exec, G, H, piece_source<G, H>, count_version> kernel(
-            e.layout, std::move(k), piece_source<G, H>{{}, &p->intake, &e.layout}, model, p->pool.get(),
-            count_version{&e.version}, p->exec_ref);
-        e.stats = p->pipeline.run_open(order, order, step, kernel, e.update);
+            e.layout, std::move(k), piece_source<G, H>{{}, &p->intake, &e.layout},
+            e.speculate ? model_copy<H>{} : model, p->pool.get(), count_version{&e.version}, p->exec_ref);
+        e.stats = e.speculate ? p->pipeline.run_speculative(order, order, step, kernel)
+                              : p->pipeline.run_open(order, order, step, kernel, e.update);
       } catch (...) {
         e.error = std::current_exception();
       }
@@ -1036,6 +1044,8 @@ class offload_core {
     bool declared = false;
     bool follow_landing = false;
     bool ran = false;
+    bool speculated = false;  // speculative updates wait in the pipeline, made at `inv_scale`
+    float inv_scale = 1;
     std::vector<std::size_t> landed;
     pass_stats stats;
     std::exception_ptr error;
@@ -1056,6 +1066,8 @@ class offload_core {
     out.ran = true;
     out.stats = std::exchange(e->stats, {});
     out.error = std::exchange(e->error, nullptr);
+    out.speculated = e->speculate && out.stats.speculated > 0;
+    out.inv_scale = e->inv_scale;
     if (e->update) version_ = e->version;
     return out;
   }
@@ -1383,6 +1395,7 @@ class offload_core {
     st.grad_norm = decision_.grad_norm;
     st.loss_scale = scaler_.scale();
     st.nonfinite_subgroups = norms.nonfinite_subgroups();
+    last_unclipped_ = false;
     finish_gradients(true);
     ++totals_.skipped_steps;
     totals_.last = st;
@@ -1405,6 +1418,7 @@ class offload_core {
   dynamic_loss_scaler scaler_;
   prefix_claim claim_;        // no other optimizer of this process uses our objects of this tier
   step_decision decision_{};  // of the step in progress (kept when it fails part-way)
+  bool last_unclipped_ = true;  // the last step neither clipped nor was skipped (speculate_updates)
   std::unique_ptr<parts> s_;
   std::vector<std::uint64_t> version_;  // steps applied to each subgroup
   std::uint64_t step_count_ = 0;
@@ -1453,8 +1467,17 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
       decision_ = decide_step(norms, offload_.max_grad_norm > 0 ? std::optional<double>(offload_.max_grad_norm)
                                                                 : std::nullopt);
     }
-    if (decision_.skip) return skip_step(norms);
+    if (decision_.skip) {
+      s_->pipeline.adopt_speculation(false);
+      return skip_step(norms);
+    }
   }
+  // The updates made on copies during backward are this step's, bit for bit, when its constants
+  // are theirs: no clipping (a coefficient of exactly 1), the same loss scale, the same rates (as
+  // step() checked) and gradients (handed over whole before they were made), no model adoption.
+  s_->pipeline.adopt_speculation(early.speculated && !partial_ && !decision_.skip &&
+                                 decision_.clip == step_decision{}.clip && early.inv_scale == scaler_.inv_scale() &&
+                                 !opts.adopt_model);
   rule_constants<Rule> k(options_, rates, steps_, scaler_.inv_scale(), decision_.clip);
   if (!partial_) check_blocks(pieces, k);
   const std::size_t n = layout_.subgroups();
@@ -1514,6 +1537,7 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   st.step = step_count_;
   if (tracks_norm()) st.grad_norm = decision_.grad_norm;
   st.clip = decision_.clip;
+  last_unclipped_ = decision_.clip == step_decision{}.clip;
   st.loss_scale = scaler_.scale();
   finish_gradients(false);
   st.subgroups = ps.updated;
@@ -1530,6 +1554,7 @@ offload_step_stats offload_core<Exec, Rule>::run_step(const step_rates& rates, m
   st.writes_left = ps.writes_left;
   st.writes_left_bytes = ps.writes_left_bytes;
   st.early_updates = early.stats.updated;
+  st.speculative_updates = ps.adopted;
   st.early_bytes_read = early.stats.bytes_read;
   st.bytes_read = ps.bytes_read;
   st.bytes_written = ps.bytes_written;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <span>
@@ -83,6 +84,24 @@ class pipeline_core : protected pipeline_state<Exec> {
 
   // --- update on the host -------------------------------------------------------------------------
 
+  // Runs `work` (a kernel's call for subgroup s) on the CPU worker, traced as `name`; its outcome
+  // and duration come back as a `kind` message. Throws only when the task cannot be queued.
+  template <class Work>
+  void on_worker(std::size_t s, const char* name, msg_kind kind, Work work) {
+    cpu_.enqueue_host([this, s, name, kind, work = std::move(work)] {
+      std::exception_ptr e;
+      const auto t0 = clock::now();
+      try {
+        trace_span span(tracer_, span_name(name));
+        span.arg("subgroup", s);
+        work();
+      } catch (...) {
+        e = std::current_exception();
+      }
+      post(kind, s, std::move(e), seconds_since(t0));  // never throws: the worker must go on
+    });
+  }
+
   void start_host_update(std::size_t s, const kernel_type& kernel) {
     auto& r = recs_[s];
     apply(s, subgroup_event::update);
@@ -98,19 +117,42 @@ class pipeline_core : protected pipeline_state<Exec> {
         self->unpin(s);
       }
     } guard{this, s};
-    cpu_.enqueue_host([this, s, slot = slot_span(r.slot, s), kernel] {
-      std::exception_ptr e;
-      const auto t0 = clock::now();
-      try {
-        trace_span span(tracer_, span_name("compute"));
-        span.arg("subgroup", s);
-        kernel.host(s, slot);
-      } catch (...) {
-        e = std::current_exception();
-      }
-      post(msg_kind::host_update, s, std::move(e), seconds_since(t0));  // never throws: the worker must go on
-    });
+    on_worker(s, "compute", msg_kind::host_update, [s, slot = slot_span(r.slot, s), kernel] { kernel.host(s, slot); });
     guard.armed = false;
+  }
+
+  // A speculative update (an open_speculate pass) of resident `s`: on the CPU worker, its state is
+  // copied into a free host slot and the kernel updates the copy there; the subgroup's own slot
+  // keeps the state as it was (clean, resident: an open pass that commits nothing drops no such
+  // slot), so dropping the copy undoes the update. Nothing commits.
+  void start_speculative_update(std::size_t s, const kernel_type& kernel) {
+    auto& r = recs_[s];
+    const std::size_t spare = *pool_.take_host();
+    try {  // (the task touches only the bytes: its message comes to this thread, after what follows)
+      on_worker(s, "speculate", msg_kind::speculate, [s, from = slot_span(r.slot, s), to = slot_span(spare, s), kernel] {
+        std::memcpy(to.data(), from.data(), from.size());
+        kernel.host(s, to);
+      });
+    } catch (...) {
+      pool_.give_host(spare);
+      throw;
+    }
+    r.spec = spare;
+    r.speculating = true;
+    ++host_updates_;
+  }
+
+  // Adopts subgroup `s`'s speculative result as its update in this pass: the slots swap roles
+  // and the kernel does the rest of an update (adopted(), e.g. the model copy) on the CPU worker;
+  // it then commits as a host update does, and only then does the old state's slot go back (a
+  // failure swaps them back: the subgroup is at the previous step, as after any failed update).
+  void start_adopted_update(std::size_t s, const kernel_type& kernel) {
+    auto& r = recs_[s];
+    on_worker(s, "adopt", msg_kind::host_update, [s, slot = slot_span(r.spec, s), kernel] { kernel.adopted(s, slot); });
+    std::swap(r.slot, r.spec);  // (the task touches only the bytes: its message comes to this thread)
+    r.adopting = true;
+    apply(s, subgroup_event::update);
+    ++host_updates_;
   }
 
   // --- update on the device -----------------------------------------------------------------------
@@ -362,6 +404,11 @@ class pipeline_core : protected pipeline_state<Exec> {
       case msg_kind::host_update:
         --host_updates_;
         if (stats_ != nullptr) stats_->kernel_s += m.seconds;
+        if (std::exchange(r.adopting, false)) {  // the old state's slot: back to the pool, or back in place
+          if (m.error) std::swap(r.slot, r.spec);
+          pool_.give_host(std::exchange(r.spec, npos));
+          if (!m.error && stats_ != nullptr) ++stats_->adopted;
+        }
         if (m.error) {
           apply(s, subgroup_event::update_failed);
           unpin(s);
@@ -371,6 +418,16 @@ class pipeline_core : protected pipeline_state<Exec> {
         apply(s, subgroup_event::update_done);
         if (stats_ != nullptr) ++stats_->host_updates;
         committed(s, kernel);
+        return;
+      case msg_kind::speculate:
+        --host_updates_;
+        r.speculating = false;
+        if (stats_ != nullptr) stats_->kernel_s += m.seconds;
+        if (m.error) {  // the copy goes: the step updates the subgroup itself (and meets the error)
+          pool_.give_host(std::exchange(r.spec, npos));
+          return;
+        }
+        if (stats_ != nullptr) ++stats_->speculated;
         return;
       case msg_kind::h2d:
       case msg_kind::kernel:

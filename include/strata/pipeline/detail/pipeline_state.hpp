@@ -90,9 +90,12 @@ class pipeline_state {
     bool for_next = false;        // read by a pass for the next one (read_next_in_pass): kept
     bool next_read = false;       // that read is in flight (counted in next_reads_)
     bool left_behind = false;     // written by a pass that returned before the write landed
+    std::size_t spec = npos;      // host slot holding a speculative update's result (run_speculative)
+    bool speculating = false;     // that update runs on the CPU worker
+    bool adopting = false;        // adopted: `spec` holds the old state until the update commits
   };
   // `offer`: a subgroup for the open pass (subgroup_pipeline::offer), npos when the offers end.
-  enum class msg_kind : std::uint8_t { read, aux_read, write, host_update, h2d, kernel, d2h, offer };
+  enum class msg_kind : std::uint8_t { read, aux_read, write, host_update, h2d, kernel, d2h, offer, speculate };
   struct message {
     msg_kind kind;
     std::size_t s;
@@ -103,8 +106,9 @@ class pipeline_state {
   // pipeline's wait: the caller's computation, counted nowhere).
   enum class waiting_for : std::uint8_t { read, compute, write, offers };
   // What a pass is: closed (its todo given), or open (the todo grows as subgroups are offered)
-  // and then either updating them or only reading them for the pass that will.
-  enum class pass_kind : std::uint8_t { closed, open_update, open_read };
+  // and then either updating them, or only reading them for the pass that will, or reading them
+  // and updating copies of their state that the pass that will may adopt (speculation).
+  enum class pass_kind : std::uint8_t { closed, open_update, open_read, open_speculate };
 
   // --- where a subgroup's bytes are ---------------------------------------------------------------
 
@@ -177,9 +181,21 @@ class pipeline_state {
   // Between calls only reads that prefetch() started and writes a run() left behind
   // (return_before_writes) may be in flight: run() takes them over, every other call waits for
   // them first (settle).
-  void begin_call() {
+  // Speculative results live from the open pass that made them to the start of the next call,
+  // which adopts them (run() after adopt_speculation(true)) or drops them (any other).
+  void begin_call(bool keep_speculation = false) {
     STRATA_ASSERT(in_flight() == reads_ + writes_);
     err_ = nullptr;
+    adopt_next_ = false;
+    if (!keep_speculation) drop_speculation();
+  }
+  // Gives back the slots of the speculative results (none runs: between calls, or at a pass's end).
+  void drop_speculation() noexcept {
+    for (auto& r : recs_)
+      if (r.spec != npos && !r.speculating && !r.adopting) {
+        pool_.give_host(r.spec);
+        r.spec = npos;
+      }
   }
   void end_call() {
     for (auto& q : write_queue_) {
@@ -293,6 +309,9 @@ class pipeline_state {
   std::vector<std::size_t> planned_;   // the open pass's order, to read ahead of its offers
   std::size_t order_size_ = 0;
   std::size_t pos_ = 0;  // next entry of todo_ to start
+  std::size_t spec_pos_ = 0;     // next entry of todo_ to speculate on (open_speculate)
+  bool adopt_next_ = false;      // the next run() adopts the speculative results (adopt_speculation)
+  bool adopting_pass_ = false;   // this pass does
   std::uint64_t step_ = 0;
   bool open_ = false;            // an open pass runs: offers go to its todo (else they are stale)
   bool offers_closed_ = false;   // the open pass was told that no subgroup comes after
