@@ -197,7 +197,7 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
   /// An open pass that reads the offered subgroups as run_open(..., false) does and, as each is
   /// resident, updates a copy of its state in a free host slot (speculation: one slot kept free
   /// for the reads of later offers; the offered reads come first, the reads ahead of offers
-  /// after). The subgroups' own state stays as it was, clean: nothing is written, committed or
+  /// after). The subgroups' own state stays as it was: nothing is written, committed or
   /// counted. The next call takes the copies over as their updates if adopt_speculation(true)
   /// came before it and it is a run() whose kernel makes the same update (the caller's promise:
   /// same constants, same gradients) and can adopt them (adopting_kernel); any other call drops
@@ -637,9 +637,11 @@ class subgroup_pipeline : private detail::pipeline_core<Exec> {
       const std::size_t s = todo[this->spec_pos_];
       const auto& r = this->recs_[s];
       if (r.state.phase == subgroup_phase::reading) return;
-      // (not while a write the last step left is in flight: its slot may go back when it lands)
+      // Not while a write is in flight or queued (a failed one retried: queued as the pass began):
+      // its slot may go back when it lands, while the worker still copies from it. Nothing else
+      // gives back a resident slot during a pass that commits nothing.
       if (r.state.phase == subgroup_phase::writing) return;
-      if (r.state.phase == subgroup_phase::resident && r.spec == npos) {
+      if (r.state.phase == subgroup_phase::resident && !r.queued && r.spec == npos) {
         if (this->host_updates_ >= core::max_host_updates || this->pool_.free_host() <= 1) return;
         this->start_speculative_update(s, kernel);
       }

@@ -123,8 +123,8 @@ class pipeline_core : protected pipeline_state<Exec> {
 
   // A speculative update (an open_speculate pass) of resident `s`: on the CPU worker, its state is
   // copied into a free host slot and the kernel updates the copy there; the subgroup's own slot
-  // keeps the state as it was (clean, resident: an open pass that commits nothing drops no such
-  // slot), so dropping the copy undoes the update. Nothing commits.
+  // keeps the state as it was (resident with no write queued: a pass that commits nothing gives
+  // no such slot back), so dropping the copy undoes the update. Nothing commits.
   void start_speculative_update(std::size_t s, const kernel_type& kernel) {
     auto& r = recs_[s];
     const std::size_t spare = *pool_.take_host();
